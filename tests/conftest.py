@@ -69,13 +69,22 @@ def redis_server() -> Iterator[str]:
     service.stop()
 
 
+# Each pytest process gets its own key namespace, so parallel test runs on one Redis never collide.
+REDIS_NAMESPACE = f"citebot-test-{os.getpid()}"
+
+
+def _delete_namespace(client: redis_lib.Redis) -> None:
+    for key in client.scan_iter(match=f"{REDIS_NAMESPACE}*", count=1000):
+        client.delete(key)
+
+
 @pytest.fixture
 def redis_url(redis_server: str) -> Iterator[str]:
-    """The test Redis, flushed before and after the test."""
+    """The test Redis; every key under this session's namespace is deleted before and after the test."""
     client = redis_lib.Redis.from_url(redis_server)
-    client.flushdb()
+    _delete_namespace(client)
     yield redis_server
-    client.flushdb()
+    _delete_namespace(client)
     client.close()
 
 
@@ -83,7 +92,7 @@ def make_settings(db_url: str, redis_url: str, **overrides: object) -> Settings:
     """Settings for tests: real service URLs, the 8-d test vector space, no environment."""
     base: dict[str, object] = {
         "database": {"url": db_url},
-        "redis": {"url": redis_url, "namespace": "citebot-test"},
+        "redis": {"url": redis_url, "namespace": REDIS_NAMESPACE},
         "embeddings": {"model": "test-model", "dimension": TEST_DIMENSION},
     }
     base.update(overrides)

@@ -59,7 +59,7 @@ class RedisService:
         if given:
             self.url = given
         elif redis_answers("redis://127.0.0.1:6379/0"):
-            # A shared server: tests use database 13 and flush only that one.
+            # A shared server: tests use database 13 and only delete keys under their own namespace.
             self.url = "redis://127.0.0.1:6379/13"
         else:
             self._server = RedisServer(CACHE / "redis-test")

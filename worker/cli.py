@@ -1,8 +1,9 @@
 """The ``citebot`` command: the composition root.
 
-Each command group lives in its own module exposing ``register(subparsers)``; this file only wires
-them together. Command modules are imported by name so that groups backed by ``backfill`` or
-``eval`` (which import ``worker``, never the reverse) are loaded only when a command needs them.
+Each command group is one module in ``worker/commands/`` that defines ``NAME``, ``HELP`` and
+``register(parser)``; this file discovers them and wires them together. A group backed by ``backfill``
+or ``eval`` (which import ``worker``, never the reverse) imports that package inside its handler, so
+the dependency exists only at the composition root and only when that command runs.
 Errors become one line on stderr and an exit code: 2 for configuration, 1 for everything else.
 """
 
@@ -11,17 +12,27 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import pkgutil
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 from worker.errors import CitebotError, ConfigError
 
 log = logging.getLogger(__name__)
 
-# (group name, module, help). Order is the order of `citebot --help`.
-COMMAND_MODULES: tuple[tuple[str, str, str], ...] = (
-    ("db", "worker.commands.db", "database schema: migrate, status"),
-)
+
+def command_modules() -> list[ModuleType]:
+    """Every module of ``worker.commands`` that declares a command group, sorted by name."""
+    import worker.commands
+
+    found = []
+    for info in pkgutil.iter_modules(worker.commands.__path__):
+        module = importlib.import_module(f"worker.commands.{info.name}")
+        if hasattr(module, "register") and hasattr(module, "NAME"):
+            found.append(module)
+    return sorted(found, key=lambda m: str(m.NAME))
+
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -34,9 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG (includes forum text)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, module, help_text in COMMAND_MODULES:
-        group = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module).register(group)
+    for module in command_modules():
+        group = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.register(group)
     return parser
 
 

@@ -4,7 +4,7 @@ import dramatiq
 import pytest
 import redis as redis_lib
 
-from tests.conftest import make_settings
+from tests.conftest import REDIS_NAMESPACE, make_settings
 from worker.broker import build_broker
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,7 @@ def test_message_round_trips_through_real_redis_to_a_real_worker(redis_url: str)
     record.send(42, 3)
     # The message really is in Redis before any worker runs.
     client = redis_lib.Redis.from_url(redis_url)
-    assert client.llen("citebot-test-tasks:roundtrip") == 1
+    assert client.llen(f"{REDIS_NAMESPACE}-tasks:roundtrip") == 1
     worker = dramatiq.Worker(broker, worker_timeout=100, worker_threads=2)
     worker.start()
     try:
@@ -32,4 +32,4 @@ def test_message_round_trips_through_real_redis_to_a_real_worker(redis_url: str)
         worker.stop()
         broker.close()
     assert seen == [(42, 3)]
-    assert client.llen("citebot-test-tasks:roundtrip") == 0
+    assert client.llen(f"{REDIS_NAMESPACE}-tasks:roundtrip") == 0

@@ -9,6 +9,9 @@ from worker.db.connect import connect
 from worker.db.meta import read_index_meta
 from worker.db.migrate import migrate, pending
 
+NAME = "db"
+HELP = "database schema: migrate, status"
+
 
 def register(group: argparse.ArgumentParser) -> None:
     sub = group.add_subparsers(dest="db_command", metavar="ACTION")

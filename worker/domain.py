@@ -1,0 +1,136 @@
+"""Frozen value types that travel between the stages of the pipeline.
+
+Clients return these (never raw JSON); the pipeline, backfill and eval consume them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Zone = Literal["abstain", "weak", "normal"]
+EmbedKind = Literal["query", "passage"]
+
+
+@dataclass(frozen=True, slots=True)
+class ForumPost:
+    """A post as Discourse serves it (``/posts/{id}.json``, a topic's post stream, or a webhook)."""
+
+    id: int
+    topic_id: int
+    post_number: int
+    username: str
+    user_id: int
+    cooked: str = ""
+    raw: str | None = None
+    post_type: int = 1
+    reply_to_post_number: int | None = None
+    reply_to_username: str | None = None
+    version: int = 1
+    hidden: bool = False
+    deleted: bool = False
+    topic_slug: str = ""
+    topic_title: str = ""
+    category_id: int | None = None
+    archetype: str = "regular"
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForumTopic:
+    """A topic with the posts of its stream (all pages merged when the caller asked for them)."""
+
+    id: int
+    title: str
+    slug: str
+    category_id: int | None
+    archetype: str = "regular"
+    visible: bool = True
+    deleted: bool = False
+    tags: tuple[str, ...] = ()
+    posts: tuple[ForumPost, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One result of Discourse's ``/search.json`` (one post per topic, best first)."""
+
+    post_id: int
+    topic_id: int
+    post_number: int
+    topic_slug: str
+    topic_title: str
+    blurb: str
+    category_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A notification of the bot user: a mention of it, or a reply to one of its posts."""
+
+    id: int
+    kind: Literal["mentioned", "replied", "private_message", "other"]
+    topic_id: int
+    post_number: int
+    post_id: int | None
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A post competing for a place in the evidence, with every score it has collected."""
+
+    post_id: int
+    topic_id: int
+    post_number: int
+    topic_slug: str
+    topic_title: str
+    text: str
+    category_id: int | None = None
+    cosine: float | None = None
+    vector_rank: int | None = None
+    keyword_rank: int | None = None
+    fused: float | None = None
+    logit: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A numbered source ``[[n]]`` given to the LLM and resolved into a link by the sanitizer."""
+
+    n: int
+    post_id: int
+    topic_id: int
+    post_number: int
+    slug: str
+    title: str
+    excerpt: str
+    score: float | None = None
+    context: tuple[str, ...] = ()
+
+    def as_evidence(self) -> dict[str, object]:
+        """The shape the sanitizer and ``citebot sanitize --evidence`` read."""
+        return {
+            "n": self.n,
+            "topic_id": self.topic_id,
+            "post_number": self.post_number,
+            "slug": self.slug,
+            "title": self.title,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What a chat model returned."""
+
+    text: str
+    model: str
+    usage: Usage = field(default_factory=Usage)
+    offline: bool = False

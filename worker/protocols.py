@@ -1,0 +1,65 @@
+"""The small interfaces the pipeline depends on. Clients implement them; tests use ``Fake*`` classes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from worker.domain import Completion, EmbedKind, ForumPost, ForumTopic, SearchHit
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors of one model's space."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind = "passage") -> list[list[float]]:
+        """One vector per text, in order. Raises TransientError / PermanentError."""
+        ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Scores (query, text) pairs with a cross-encoder; returns raw logits in input order."""
+
+    @property
+    def name(self) -> str: ...
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]: ...
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """An OpenAI-compatible chat model, or the offline extractive generator."""
+
+    @property
+    def name(self) -> str: ...
+
+    def complete(self, messages: Sequence[dict[str, str]]) -> Completion: ...
+
+
+@runtime_checkable
+class KeywordSearch(Protocol):
+    """Discourse's full-text search: one post per topic, terms ANDed."""
+
+    def search(self, query: str, *, limit: int = 25) -> list[SearchHit]: ...
+
+
+@runtime_checkable
+class Forum(KeywordSearch, Protocol):
+    """The subset of Discourse the bot uses."""
+
+    def get_post(self, post_id: int) -> ForumPost: ...
+
+    def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic: ...
+
+    def create_post(
+        self, topic_id: int, raw: str, *, reply_to_post_number: int | None = None
+    ) -> ForumPost: ...
+
+    def get_site_settings(self, names: Sequence[str]) -> dict[str, object]: ...
