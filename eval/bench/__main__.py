@@ -1,4 +1,4 @@
-"""Dispatch ``python -m eval.bench NAME [ARGS...]`` to ``eval.bench.NAME.main(ARGS)``; helpers: ``eval.bench.report``."""
+"""Dispatch ``python -m eval.bench NAME [ARGS...]`` to ``eval.bench.NAME.main(ARGS)``."""
 
 from __future__ import annotations
 
