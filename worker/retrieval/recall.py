@@ -1,0 +1,207 @@
+"""Post-grain recall: cosine nearest neighbours over ``post_index`` with pgvector's HNSW index.
+
+The query is ``ORDER BY embedding <=> $1 LIMIT k`` with exactly the index's expression
+(``halfvec_cosine_ops``), the vector passed as a ``HalfVector``. Eligibility is re-checked at query
+time: a category listed in ``restricted_categories`` now is excluded even if its posts were indexed
+before it became restricted. The filter is applied after the index scan, so pgvector 0.8's iterative
+scan keeps scanning until ``k`` rows pass it (``relaxed_order``, then re-sorted by distance outside a
+materialized CTE, as pgvector's documentation recommends). Search knobs are set with
+``set_config(..., is_local => true)`` inside the query's transaction: they never leak to the pooled
+connection and, being read at execution time, are not frozen into psycopg's prepared plans.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+import numpy as np
+import psycopg
+from pgvector import HalfVector
+
+from worker.db.meta import check_index_meta
+from worker.domain import Candidate
+from worker.errors import IndexMismatchError, ServiceUnavailableError
+from worker.settings import RetrievalSettings
+
+log = logging.getLogger(__name__)
+
+ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection]]
+
+# Eligible now: not in a category that is read-restricted at query time. The ARRAY(...) sub-select is
+# an InitPlan evaluated once, so the condition stays a plain filter on the HNSW index scan. The SQL is
+# spelled out in full (no string building) so that what runs is what you read.
+RECALL_SQL = """
+WITH nearest AS MATERIALIZED (
+    SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id,
+           p.embedding <=> %(q)s AS distance
+    FROM post_index p
+    WHERE (p.category_id IS NULL
+           OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+      AND p.post_id <> ALL(%(exclude)s::bigint[])
+    ORDER BY p.embedding <=> %(q)s
+    LIMIT %(k)s
+)
+SELECT * FROM nearest ORDER BY distance + 0, post_id
+"""
+
+POSTS_SQL = """
+SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id
+FROM post_index p
+WHERE p.post_id = ANY(%s::bigint[])
+  AND (p.category_id IS NULL
+       OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+"""
+
+NEIGHBOURS_SQL = """
+SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id
+FROM post_index p
+WHERE p.topic_id = %s AND p.post_number BETWEEN %s AND %s AND p.post_number <> %s
+  AND (p.category_id IS NULL
+       OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+ORDER BY p.post_number
+"""
+
+_SETTINGS_SQL = (
+    "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true),"
+    " set_config('hnsw.max_scan_tuples', %s, true)"
+)
+
+
+class PostIndex(Protocol):
+    """What the retriever needs from the post index (``PostgresPostIndex``, or a test double)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def recall(
+        self, vector: Sequence[float], k: int, exclude_post_ids: Sequence[int] = ()
+    ) -> list[Candidate]:
+        """The ``k`` eligible posts nearest to ``vector``, nearest first (``cosine``, ``vector_rank`` set)."""
+        ...
+
+    def is_empty(self) -> bool: ...
+
+    def posts(self, post_ids: Sequence[int]) -> dict[int, Candidate]:
+        """The eligible indexed posts among ``post_ids`` (to give keyword hits their full text)."""
+        ...
+
+    def neighbours(self, topic_id: int, post_number: int, n: int) -> list[Candidate]:
+        """Eligible posts of the topic within ``n`` post numbers of ``post_number`` (itself excluded)."""
+        ...
+
+
+def single_connection(conn: psycopg.Connection) -> ConnectionSource:
+    """A connection source over one connection, serialised by a lock (CLI, tests, benches)."""
+    lock = threading.Lock()
+
+    @contextmanager
+    def borrow() -> Iterator[psycopg.Connection]:
+        with lock:
+            yield conn
+
+    return borrow
+
+
+class PostgresPostIndex:
+    """``post_index`` in PostgreSQL + pgvector, read through a connection source (a pool's ``connection``)."""
+
+    def __init__(
+        self, connections: ConnectionSource, settings: RetrievalSettings, *, model: str, dimension: int
+    ) -> None:
+        self._connections = connections
+        self._settings = settings
+        self._model = model
+        self._dimension = dimension
+        self._checked = False
+        self._check_lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def check(self) -> None:
+        """Compare the index's model and dimension with ours once per instance; raise IndexMismatchError."""
+        if self._checked:
+            return
+        with self._check_lock:
+            if self._checked:
+                return
+            with self._connections() as conn, conn.transaction():
+                check_index_meta(conn, self._model, self._dimension)
+            self._checked = True
+
+    def recall(
+        self, vector: Sequence[float], k: int, exclude_post_ids: Sequence[int] = ()
+    ) -> list[Candidate]:
+        if len(vector) != self._dimension:
+            raise IndexMismatchError(
+                f"query vector has {len(vector)} dimensions, the index {self._dimension}", service="postgres"
+            )
+        self.check()
+        query = HalfVector(np.asarray(vector, dtype=np.float32))
+        params = {"q": query, "k": k, "exclude": list(exclude_post_ids)}
+        s = self._settings
+        with self._connections() as conn:
+            try:
+                with conn.transaction():
+                    conn.execute(_SETTINGS_SQL, (str(s.ef_search), s.iterative_scan, str(s.max_scan_tuples)))
+                    rows = conn.execute(RECALL_SQL, params).fetchall()
+            except psycopg.OperationalError as exc:
+                raise ServiceUnavailableError(f"recall failed: {exc}", service="postgres") from exc
+        return [
+            Candidate(
+                post_id=int(r[0]),
+                topic_id=int(r[1]),
+                post_number=int(r[2]),
+                topic_slug=str(r[3]),
+                topic_title=str(r[4]),
+                text=str(r[5]),
+                category_id=None if r[6] is None else int(r[6]),
+                cosine=1.0 - float(r[7]),
+                vector_rank=rank,
+            )
+            for rank, r in enumerate(rows, start=1)
+        ]
+
+    def is_empty(self) -> bool:
+        with self._connections() as conn, conn.transaction():
+            row = conn.execute("SELECT NOT EXISTS (SELECT 1 FROM post_index)").fetchone()
+        return bool(row and row[0])
+
+    def posts(self, post_ids: Sequence[int]) -> dict[int, Candidate]:
+        if not post_ids:
+            return {}
+        with self._connections() as conn, conn.transaction():
+            rows = conn.execute(POSTS_SQL, (list(post_ids),)).fetchall()
+        return {int(r[0]): _candidate(r) for r in rows}
+
+    def neighbours(self, topic_id: int, post_number: int, n: int) -> list[Candidate]:
+        if n <= 0:
+            return []
+        span = (topic_id, post_number - n, post_number + n, post_number)
+        with self._connections() as conn, conn.transaction():
+            rows = conn.execute(NEIGHBOURS_SQL, span).fetchall()
+        return [_candidate(r) for r in rows]
+
+
+def _candidate(r: Sequence[object]) -> Candidate:
+    return Candidate(
+        post_id=int(r[0]),  # type: ignore[call-overload]
+        topic_id=int(r[1]),  # type: ignore[call-overload]
+        post_number=int(r[2]),  # type: ignore[call-overload]
+        topic_slug=str(r[3]),
+        topic_title=str(r[4]),
+        text=str(r[5]),
+        category_id=None if r[6] is None else int(r[6]),  # type: ignore[call-overload]
+    )
