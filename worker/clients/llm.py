@@ -1,0 +1,254 @@
+"""``OpenAIChatClient``: ``/v1/chat/completions`` on Ollama, vLLM, llama.cpp or a hosted API.
+
+Retry policy (inside one call, before the actor's own retries): 429, 5xx, timeouts, connection errors
+and empty completions are retried up to ``settings.max_retries`` times. The wait is the server's
+``Retry-After`` when it sent one, else ``backoff_s * 2**attempt``, both capped at ``max_wait_s``; a
+``Retry-After`` longer than the cap is not slept on: the ``RateLimitedError`` propagates at once so the
+actor reschedules the message instead of holding a worker thread. After the last try the transient
+error propagates. Everything else (400/413/422 → ValidationError, 401/403 → AuthError, 404 →
+NotFoundError, a malformed body, an empty completion cut by ``max_tokens``) is a PermanentError.
+
+Error bodies differ between servers and are parsed defensively: nested ``{"error": {"message", "type",
+"code"}}`` (OpenAI, Ollama, vLLM, llama.cpp), flat ``{"object": "error", "message", "type", "code"}``
+(older vLLM), ``{"error": "text"}`` (Ollama's native API), or plain text. Server messages can quote the
+prompt, so they are logged at DEBUG only; the API key is never logged.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import httpx
+from prometheus_client import Counter
+
+from worker.domain import Completion, Usage
+from worker.errors import (
+    AuthError,
+    CitebotError,
+    ConfigError,
+    NotFoundError,
+    PermanentError,
+    RateLimitedError,
+    ServiceUnavailableError,
+    TransientError,
+    ValidationError,
+)
+from worker.settings import LlmSettings
+
+log = logging.getLogger(__name__)
+
+SERVICE = "llm"
+LLM_REQUESTS = Counter("citebot_llm_requests", "HTTP requests to the LLM, by outcome.", ["outcome"])
+LLM_TOKENS = Counter("citebot_llm_tokens", "Tokens the LLM reported, by kind.", ["kind"])
+_THINK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
+
+
+def chat_completions_url(base_url: str) -> str:
+    """``{base}/v1/chat/completions``, whether or not ``base_url`` already ends with ``/v1``."""
+    base = base_url.rstrip("/")
+    if base.endswith("/chat/completions"):
+        return base
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return base + "/chat/completions"
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date); None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def error_message(response: httpx.Response) -> tuple[str, str | None]:
+    """(message, type) from any of the error shapes the servers use; never raises."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        return response.text.strip()[:300] or response.reason_phrase, None
+    if isinstance(body, Mapping):
+        err = body.get("error")
+        if isinstance(err, Mapping):
+            return str(err.get("message") or err)[:300], _str_or_none(err.get("type"))
+        if isinstance(err, str):
+            return err[:300], _str_or_none(body.get("type"))
+        if "message" in body:
+            return str(body["message"])[:300], _str_or_none(body.get("type"))
+    return str(body)[:300], None
+
+
+def _str_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+class OpenAIChatClient:
+    """A ``ChatModel`` over an OpenAI-compatible server (see the module docstring for the retry policy)."""
+
+    def __init__(
+        self,
+        http: httpx.Client,
+        settings: LlmSettings,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        backoff_s: float = 1.0,
+        max_wait_s: float = 20.0,
+    ) -> None:
+        if not settings.base_url:
+            raise ConfigError("CITEBOT_LLM__BASE_URL is not set (unset means the offline generator)")
+        self._http = http
+        self._settings = settings
+        self._sleep = sleep
+        self._backoff_s = backoff_s
+        self._max_wait_s = max_wait_s
+        self._url = chat_completions_url(settings.base_url)
+
+    @property
+    def name(self) -> str:
+        return self._settings.model
+
+    def complete(self, messages: Sequence[dict[str, str]]) -> Completion:
+        """One completion; retries transient failures, then lets the last one propagate."""
+        payload = {
+            "model": self._settings.model,
+            "messages": list(messages),
+            "max_tokens": self._settings.max_tokens,
+            "temperature": self._settings.temperature,
+            "stream": False,
+        }
+        attempt = 0
+        while True:
+            try:
+                return self._parse(self._request(payload))
+            except TransientError as exc:
+                wait = self._wait(exc, attempt)
+                if attempt >= self._settings.max_retries or wait is None:
+                    LLM_REQUESTS.labels(outcome="gave_up").inc()
+                    raise
+                attempt += 1
+                log.warning(
+                    "LLM call failed (%s), retry %d/%d in %.1f s",
+                    type(exc).__name__,
+                    attempt,
+                    self._settings.max_retries,
+                    wait,
+                    extra={"stage": "generate", "status": exc.status},
+                )
+                self._sleep(wait)
+
+    def _wait(self, exc: TransientError, attempt: int) -> float | None:
+        if exc.retry_after is not None:
+            return exc.retry_after if exc.retry_after <= self._max_wait_s else None
+        return min(self._backoff_s * 2.0**attempt, self._max_wait_s)
+
+    def _request(self, payload: dict[str, object]) -> Any:
+        headers = {"Accept": "application/json"}
+        key = self._settings.api_key.get_secret_value()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        try:
+            response = self._http.post(
+                self._url, json=payload, headers=headers, timeout=self._settings.timeout_s
+            )
+        except httpx.TimeoutException:
+            LLM_REQUESTS.labels(outcome="timeout").inc()
+            raise ServiceUnavailableError("timed out", service=SERVICE) from None
+        except httpx.TransportError as exc:
+            LLM_REQUESTS.labels(outcome="unreachable").inc()
+            raise ServiceUnavailableError(f"unreachable ({type(exc).__name__})", service=SERVICE) from None
+        status = response.status_code
+        LLM_REQUESTS.labels(outcome=str(status)).inc()
+        if status >= 400:
+            raise self._status_error(response)
+        try:
+            return response.json()
+        except ValueError:
+            raise PermanentError("response is not JSON", service=SERVICE, status=status) from None
+
+    def _status_error(self, response: httpx.Response) -> CitebotError:
+        status = response.status_code
+        message, kind = error_message(response)
+        log.debug("LLM error body: HTTP %d type=%s message=%s", status, kind, message)
+        summary = f"HTTP {status}" + (f" {kind}" if kind else "")
+        if status == 429:
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            return RateLimitedError("rate limited", service=SERVICE, status=status, retry_after=retry_after)
+        if status >= 500 or status == 408:
+            return ServiceUnavailableError(summary, service=SERVICE, status=status)
+        if status in (401, 403):
+            return AuthError("key refused", service=SERVICE, status=status)
+        if status == 404:
+            return NotFoundError(
+                "model or route not found", service=SERVICE, status=status, details=(message,)
+            )
+        if status in (400, 413, 422):
+            return ValidationError("request rejected", service=SERVICE, status=status, details=(message,))
+        return PermanentError(summary, service=SERVICE, status=status, details=(message,))
+
+    def _parse(self, body: Any) -> Completion:
+        if not isinstance(body, Mapping):
+            raise PermanentError("response is not a JSON object", service=SERVICE)
+        if "error" in body or body.get("object") == "error":
+            # Some servers answer 200 with an error body (e.g. a failure in the middle of generation).
+            code = _error_code(body)
+            if code == 429 or (code is not None and code >= 500) or code is None:
+                raise ServiceUnavailableError("error in a 200 response", service=SERVICE, status=code)
+            raise PermanentError("error in a 200 response", service=SERVICE, status=code)
+        choices = body.get("choices")
+        if not isinstance(choices, list):
+            raise PermanentError("response has no choices", service=SERVICE)
+        if not choices:
+            raise ServiceUnavailableError("empty choices", service=SERVICE)
+        first = choices[0] if isinstance(choices[0], Mapping) else {}
+        message = first.get("message")
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if content is not None and not isinstance(content, str):
+            raise PermanentError("message content is not text", service=SERVICE)
+        text = _THINK.sub("", content or "").strip()
+        if not text:
+            if first.get("finish_reason") == "length":
+                raise ValidationError("empty completion cut by max_tokens", service=SERVICE)
+            if first.get("finish_reason") == "content_filter":
+                raise PermanentError("completion blocked by the provider's filter", service=SERVICE)
+            raise ServiceUnavailableError("empty completion", service=SERVICE)
+        usage = _usage(body.get("usage"))
+        LLM_TOKENS.labels(kind="prompt").inc(usage.prompt_tokens)
+        LLM_TOKENS.labels(kind="completion").inc(usage.completion_tokens)
+        model = body.get("model")
+        return Completion(
+            text=text, model=model if isinstance(model, str) and model else self.name, usage=usage
+        )
+
+
+def _error_code(body: Mapping[str, Any]) -> int | None:
+    err = body.get("error")
+    code = err.get("code") if isinstance(err, Mapping) else body.get("code")
+    if isinstance(code, int):
+        return code
+    if isinstance(code, str) and code.isdigit():
+        return int(code)
+    return None
+
+
+def _usage(raw: object) -> Usage:
+    if not isinstance(raw, Mapping):
+        return Usage()
+
+    def num(key: str) -> int:
+        value = raw.get(key)
+        return value if isinstance(value, int) and value >= 0 else 0
+
+    return Usage(prompt_tokens=num("prompt_tokens"), completion_tokens=num("completion_tokens"))

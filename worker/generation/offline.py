@@ -1,0 +1,130 @@
+"""``OfflineGenerator``: a deterministic, extractive ``ChatModel`` that needs no LLM.
+
+It serves the demo and the tests. For each of the top sources it picks the sentence that best overlaps
+the question's words, quotes the best few as a list and cites each with its own ``[[n]]``; in the
+abstain zone it says it does not know and how to ask the forum. It can only cite numbers present in
+the evidence it was given, so it never invents a source. Replies are English and carry
+``Completion.offline = True``; the pipeline appends :data:`OFFLINE_FOOTER` so readers know.
+
+``complete(messages)`` reads the fenced evidence block that :func:`~worker.generation.prompt.build_prompt`
+wrote; ``complete_from(question, sources, zone)`` takes the structured sources directly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import regex
+
+from worker.domain import Completion, Source, Zone
+from worker.generation import fence
+
+OFFLINE_MODEL = "offline-extractive"
+OFFLINE_FOOTER = "_Assembled offline without a language model: sentences quoted from the cited posts._"
+ABSTAIN_TEXT = (
+    "I don't know: I found nothing in the forum's history that answers this. To ask the forum, open a "
+    "new topic with a clear title, what you tried, and the exact error messages and versions, so that "
+    "members can help."
+)
+WEAK_INTRO = "The forum's evidence on this is weak: no post answers it clearly. The closest posts say:"
+NORMAL_INTRO = "Here is what the forum's posts say:"
+WEAK_OUTRO = "If this does not help, ask the forum in a new topic with the details of what you tried."
+
+_EVIDENCE = re.compile(r"<<<EVIDENCE zone=(normal|weak|abstain) id=([0-9a-f]{8,64})>>>")
+_WORD = regex.compile(r"\w+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_BULLET = re.compile(r"^\s*(?:[-*+>•]|\d+[.)])\s+")
+_STOP_WORDS = """
+the and for are but not you your with this that have has had was were will would can could
+should how what when where which who why does did doing done any all some into from about there
+their them they then than its it's i'm use using used get got just also very more most like want
+need make les des une est pour pas que qui dans sur avec par plus mais comment quoi quand faire
+fait sont ont été cette ces mon mes ton tes son ses nous vous ils elles leur
+"""
+_STOP = frozenset(_STOP_WORDS.split())
+MAX_POINTS = 3
+SOURCES_READ = 4
+MAX_SENTENCE_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class _Evidence:
+    n: int
+    title: str
+    text: str
+
+
+def _stems(text: str) -> set[str]:
+    words = (w.casefold() for w in _WORD.findall(text))
+    return {w[:6] for w in words if len(w) >= 3 and w not in _STOP and not w.isdigit()}
+
+
+def _sentences(text: str) -> list[str]:
+    out = []
+    for raw in _SENTENCE_END.split(text):
+        sentence = _BULLET.sub("", raw).strip()
+        if len(sentence) < 20 or sentence.startswith("```"):
+            continue
+        if len(sentence) > MAX_SENTENCE_CHARS:
+            cut = sentence[:MAX_SENTENCE_CHARS]
+            sentence = cut[: cut.rfind(" ")] + " …" if " " in cut else cut + " …"
+        out.append(sentence)
+    return out
+
+
+class OfflineGenerator:
+    """An extractive ``ChatModel``: quotes and cites the evidence, never calls a model."""
+
+    @property
+    def name(self) -> str:
+        return OFFLINE_MODEL
+
+    def complete(self, messages: Sequence[dict[str, str]]) -> Completion:
+        """Answer from the fenced evidence and question in the last user message."""
+        user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
+        found = _EVIDENCE.search(user)
+        if found is None:
+            return self._answer(user, [], "abstain")
+        zone, token = cast(Zone, found.group(1)), re.escape(found.group(2))
+        evidence = []
+        pattern = rf"<<<SOURCE \[\[(\d+)\]\] id={token}>>>\n(.*?)\n<<<END SOURCE \[\[\1\]\] id={token}>>>"
+        for m in re.finditer(pattern, user, flags=re.DOTALL):
+            title, _, rest = m.group(2).partition("\n")
+            excerpt = rest.removeprefix("Excerpt:\n").split("\nNearby posts in the same topic:\n")[0]
+            evidence.append(_Evidence(int(m.group(1)), title.removeprefix("Title: "), excerpt))
+        q = re.search(rf"<<<QUESTION id={token}>>>\n(.*?)\n<<<END QUESTION id={token}>>>", user, re.DOTALL)
+        return self._answer(q.group(1) if q else "", evidence, zone)
+
+    def complete_from(self, question: str, sources: Sequence[Source], zone: Zone) -> Completion:
+        """Answer from structured sources (best first)."""
+        evidence = [_Evidence(s.n, fence.one_line(s.title), fence.neutralise(s.excerpt)) for s in sources]
+        return self._answer(question, evidence, zone)
+
+    def _answer(self, question: str, evidence: Sequence[_Evidence], zone: Zone) -> Completion:
+        if zone == "abstain" or not evidence:
+            return Completion(text=ABSTAIN_TEXT, model=OFFLINE_MODEL, offline=True)
+        wanted = _stems(question)
+        picks: list[tuple[float, int, str, int]] = []  # (-score, rank, sentence, n)
+        for rank, source in enumerate(evidence[:SOURCES_READ]):
+            best: tuple[float, str] | None = None
+            for sentence in _sentences(source.text):
+                have = _stems(sentence)
+                score = len(wanted & have) / math.sqrt(len(have) + 1)
+                if best is None or score > best[0]:
+                    best = (score, sentence)
+            if best is not None and best[0] > 0:
+                picks.append((-best[0], rank, best[1], source.n))
+        if not picks:
+            first = next(((s.n, _sentences(s.text)) for s in evidence if _sentences(s.text)), None)
+            if first is None:
+                return Completion(text=ABSTAIN_TEXT, model=OFFLINE_MODEL, offline=True)
+            picks = [(0.0, 0, first[1][0], first[0])]
+        picks.sort()
+        points = [f"- {fence.neutralise(sentence)} [[{n}]]" for _, _, sentence, n in picks[:MAX_POINTS]]
+        intro = WEAK_INTRO if zone == "weak" else NORMAL_INTRO
+        parts = [intro, "\n".join(points)] + ([WEAK_OUTRO] if zone == "weak" else [])
+        return Completion(text="\n\n".join(parts), model=OFFLINE_MODEL, offline=True)
