@@ -1,0 +1,208 @@
+"""Flags: Discourse site settings (declared by ``deploy/discourse-plugin``) that steer the bot.
+
+``FlagReader.current()`` returns the flags to use for one job:
+
+- values read through the admin API are trusted for ``settings.flags.cache_ttl_s`` (60 s), so an admin's
+  change takes effect within a minute, without a restart;
+- when a read fails, the last values read hold (the failure is logged and counted) and the read is tried
+  again after ``retry_failed_s``, not on every job, so a struggling admin API is not hammered;
+- before any successful read, the safe defaults hold: everything off, the legacy behaviour;
+- an ``override_*`` setting (``CITEBOT_FLAGS__OVERRIDE_RERANK=false``) pins a flag during an incident and
+  wins over everything.
+
+One refresh runs at a time; other threads keep using the current values meanwhile, except before the
+first read, when they wait for it (so the first jobs after a start do not all run on defaults).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Literal
+
+from prometheus_client import Counter, Gauge
+
+from worker.settings import FlagsSettings
+
+log = logging.getLogger(__name__)
+
+SETTING_PREFIX = "citebot_"
+FLAG_NAMES = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links")
+SETTING_NAMES = tuple(SETTING_PREFIX + name for name in FLAG_NAMES)
+
+FLAG_READS = Counter("citebot_flag_reads", "Reads of the flag site settings, by outcome.", ["outcome"])
+FLAG_VALUE = Gauge("citebot_flag_value", "Flag values in effect (1 on, 0 off).", ["flag"])
+
+SettingsSource = Callable[[Sequence[str]], Mapping[str, object]]
+Origin = Literal["defaults", "discourse", "last_known"]
+
+_TRUE = frozenset({"true", "t", "1", "yes", "on"})
+_FALSE = frozenset({"false", "f", "0", "no", "off", ""})
+
+
+@dataclass(frozen=True, slots=True)
+class Flags:
+    """The five flags; all off by default, so deploying the code changes nothing."""
+
+    enabled: bool = False
+    posts_pipeline: bool = False
+    input_gate: bool = False
+    rerank: bool = False
+    post_links: bool = False
+
+    def as_dict(self) -> dict[str, bool]:
+        return {f.name: bool(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class FlagState:
+    """Flags in effect, where they came from and which were overridden: what an answer's trace records."""
+
+    flags: Flags
+    origin: Origin
+    overridden: tuple[str, ...] = ()
+    read_at: float | None = None
+
+    def trace(self) -> dict[str, object]:
+        return {"flags": self.flags.as_dict(), "origin": self.origin, "overridden": list(self.overridden)}
+
+
+def parse_flag(value: object) -> bool:
+    """A site-setting value as a bool: bools, ``"true"``/``"false"`` (and t/f, 1/0, yes/no, on/off), 0/1.
+
+    Raises ValueError for anything else.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def flag_name(name: str) -> str:
+    """``posts_pipeline`` or ``citebot_posts_pipeline`` → ``posts_pipeline``; ValueError if unknown."""
+    short = name.strip().lower().removeprefix(SETTING_PREFIX).replace("-", "_")
+    if short not in FLAG_NAMES:
+        raise ValueError(f"unknown flag {name!r}; known: {', '.join(FLAG_NAMES)}")
+    return short
+
+
+def overrides_of(settings: FlagsSettings) -> dict[str, bool]:
+    """The flags pinned from the environment."""
+    out = {}
+    for name in FLAG_NAMES:
+        value = getattr(settings, f"override_{name}")
+        if value is not None:
+            out[name] = bool(value)
+    return out
+
+
+class FlagReader:
+    """Cached, fail-safe, thread-safe reader of the flags (see the module docstring)."""
+
+    def __init__(
+        self,
+        source: SettingsSource,
+        settings: FlagsSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        retry_failed_s: float = 10.0,
+    ) -> None:
+        self._source = source
+        self._ttl = settings.cache_ttl_s
+        self._retry_failed_s = min(retry_failed_s, settings.cache_ttl_s)
+        self._overrides = overrides_of(settings)
+        self._clock = clock
+        self._lock = threading.Lock()
+        # One immutable snapshot, swapped atomically: (state, next refresh time).
+        self._snapshot: tuple[FlagState, float] = (self._with_overrides(Flags(), "defaults", None), -1e300)
+        self._tried = False  # a read was attempted: later refreshes no longer block other threads
+        self._succeeded = False  # a read succeeded: failures now keep "last known" values
+
+    def current(self) -> Flags:
+        """The flags in effect now."""
+        return self.state().flags
+
+    def state(self) -> FlagState:
+        """The flags in effect now, with their origin (refreshing them when the cache has expired)."""
+        state, refresh_at = self._snapshot
+        if self._clock() < refresh_at:
+            return state
+        # The first read is waited for; later refreshes are done by one thread while others go on.
+        if self._lock.acquire(blocking=not self._tried):
+            try:
+                if self._clock() >= self._snapshot[1]:
+                    self._refresh()
+            finally:
+                self._lock.release()
+        return self._snapshot[0]
+
+    def refresh(self) -> FlagState:
+        """Read the flags now, ignoring the cache."""
+        with self._lock:
+            self._refresh()
+        return self._snapshot[0]
+
+    def _refresh(self) -> None:
+        previous = self._snapshot[0]
+        now = self._clock()
+        try:
+            raw = self._source(SETTING_NAMES)
+            flags, bad, missing = self._parse(raw, previous.flags)
+        except Exception as exc:  # any failure keeps the last values: a flag read must never stop a job
+            FLAG_READS.labels(outcome="error").inc()
+            origin: Origin = "last_known" if self._succeeded else "defaults"
+            log.warning(
+                "flag read failed (%s: %s); %s values hold",
+                type(exc).__name__,
+                exc,
+                origin.replace("_", " "),
+                extra={"stage": "flags"},
+            )
+            state = replace(previous, origin=origin)
+            self._snapshot = (state, now + self._retry_failed_s)
+            self._tried = True
+            return
+        FLAG_READS.labels(outcome="partial" if bad else "ok").inc()
+        if bad:
+            log.warning("flag settings with unusable values kept their last value: %s", ", ".join(bad))
+        if missing:
+            log.warning(
+                "flag settings not found (is the citebot plugin installed?), off: %s", ", ".join(missing)
+            )
+        state = self._with_overrides(flags, "discourse", now)
+        if state.flags != previous.flags:
+            log.info("flags now %s", state.flags.as_dict(), extra={"stage": "flags"})
+        self._snapshot = (state, now + self._ttl)
+        self._tried = self._succeeded = True
+
+    def _parse(self, raw: Mapping[str, object], last: Flags) -> tuple[Flags, list[str], list[str]]:
+        values: dict[str, bool] = {}
+        bad, missing = [], []
+        for name in FLAG_NAMES:
+            setting = SETTING_PREFIX + name
+            if setting not in raw:
+                values[name] = False  # not declared: plugin missing or older; the safe default
+                missing.append(setting)
+                continue
+            try:
+                values[name] = parse_flag(raw[setting])
+            except ValueError:
+                values[name] = getattr(last, name)
+                bad.append(setting)
+        return Flags(**values), bad, missing
+
+    def _with_overrides(self, flags: Flags, origin: Origin, read_at: float | None) -> FlagState:
+        flags = replace(flags, **self._overrides)
+        for name, value in flags.as_dict().items():
+            FLAG_VALUE.labels(flag=name).set(1 if value else 0)
+        return FlagState(flags, origin, tuple(sorted(self._overrides)), read_at)
