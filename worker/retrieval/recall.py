@@ -22,6 +22,7 @@ import numpy as np
 import psycopg
 from pgvector import HalfVector
 
+from worker.db.connect import first_line
 from worker.db.meta import check_index_meta
 from worker.domain import Candidate
 from worker.errors import IndexMismatchError, ServiceUnavailableError
@@ -92,6 +93,10 @@ class PostIndex(Protocol):
         """The eligible indexed posts among ``post_ids`` (to give keyword hits their full text)."""
         ...
 
+    def restricted_categories(self) -> frozenset[int]:
+        """The categories recall excludes now."""
+        ...
+
     def neighbours(self, topic_id: int, post_number: int, n: int) -> list[Candidate]:
         """Eligible posts of the topic within ``n`` post numbers of ``post_number`` (itself excluded)."""
         ...
@@ -130,6 +135,17 @@ class PostgresPostIndex:
     def dimension(self) -> int:
         return self._dimension
 
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection]:
+        """A connection inside a transaction; connection-level failures become ServiceUnavailableError."""
+        try:
+            with self._connections() as conn, conn.transaction():
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise ServiceUnavailableError(
+                f"post index unavailable: {first_line(exc)}", service="postgres"
+            ) from exc
+
     def check(self) -> None:
         """Compare the index's model and dimension with ours once per instance; raise IndexMismatchError."""
         if self._checked:
@@ -137,7 +153,7 @@ class PostgresPostIndex:
         with self._check_lock:
             if self._checked:
                 return
-            with self._connections() as conn, conn.transaction():
+            with self._transaction() as conn:
                 check_index_meta(conn, self._model, self._dimension)
             self._checked = True
 
@@ -152,13 +168,9 @@ class PostgresPostIndex:
         query = HalfVector(np.asarray(vector, dtype=np.float32))
         params = {"q": query, "k": k, "exclude": list(exclude_post_ids)}
         s = self._settings
-        with self._connections() as conn:
-            try:
-                with conn.transaction():
-                    conn.execute(_SETTINGS_SQL, (str(s.ef_search), s.iterative_scan, str(s.max_scan_tuples)))
-                    rows = conn.execute(RECALL_SQL, params).fetchall()
-            except psycopg.OperationalError as exc:
-                raise ServiceUnavailableError(f"recall failed: {exc}", service="postgres") from exc
+        with self._transaction() as conn:
+            conn.execute(_SETTINGS_SQL, (str(s.ef_search), s.iterative_scan, str(s.max_scan_tuples)))
+            rows = conn.execute(RECALL_SQL, params).fetchall()
         return [
             Candidate(
                 post_id=int(r[0]),
@@ -175,22 +187,27 @@ class PostgresPostIndex:
         ]
 
     def is_empty(self) -> bool:
-        with self._connections() as conn, conn.transaction():
+        with self._transaction() as conn:
             row = conn.execute("SELECT NOT EXISTS (SELECT 1 FROM post_index)").fetchone()
         return bool(row and row[0])
 
     def posts(self, post_ids: Sequence[int]) -> dict[int, Candidate]:
         if not post_ids:
             return {}
-        with self._connections() as conn, conn.transaction():
+        with self._transaction() as conn:
             rows = conn.execute(POSTS_SQL, (list(post_ids),)).fetchall()
         return {int(r[0]): _candidate(r) for r in rows}
+
+    def restricted_categories(self) -> frozenset[int]:
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT category_id FROM restricted_categories").fetchall()
+        return frozenset(int(r[0]) for r in rows)
 
     def neighbours(self, topic_id: int, post_number: int, n: int) -> list[Candidate]:
         if n <= 0:
             return []
         span = (topic_id, post_number - n, post_number + n, post_number)
-        with self._connections() as conn, conn.transaction():
+        with self._transaction() as conn:
             rows = conn.execute(NEIGHBOURS_SQL, span).fetchall()
         return [_candidate(r) for r in rows]
 

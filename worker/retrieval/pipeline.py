@@ -1,0 +1,313 @@
+"""Stages 1–3 in one call: recall + keyword → RRF → rerank → aggregate, with the legacy fallbacks.
+
+::
+
+    question ─┬─ embed ─ recall (pgvector, top recall_k) ─┐
+              └─ keyword (Discourse search, thread) ──────┴─ fuse (RRF) ─ hydrate ─ rerank ─ aggregate
+
+The keyword branch runs in a worker thread while the calling thread embeds and recalls, so the
+latency is the longer branch plus rerank. Legacy retrieval — Discourse search alone, topic grain, zone
+normal — is used when the posts pipeline is switched off, when the index is empty (checked and cached
+``index_check_ttl_s``) and when the question cannot be embedded; each is recorded in the trace.
+The switches of ``retrieve`` (posts / keyword / rerank / neighbours) are the configurations the eval
+compares: legacy, posts, posts+keyword, posts+keyword+rerank, +neighbours.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Literal
+
+from worker.domain import Candidate, Source, Zone
+from worker.errors import CitebotError, ConfigError, IndexMismatchError, PermanentError, TransientError
+from worker.protocols import Embedder, KeywordSearch, Reranker
+from worker.retrieval.aggregate import build_sources, dedupe_by_topic, neighbours_for
+from worker.retrieval.fusion import fuse_rrf
+from worker.retrieval.keyword import KeywordResult, keyword_search
+from worker.retrieval.recall import PostIndex
+from worker.retrieval.rerank import rerank_candidates
+from worker.retrieval.terms import TermSelector
+from worker.retrieval.trace import Trace
+from worker.retrieval.zones import assign_zone
+from worker.settings import RetrievalSettings
+
+log = logging.getLogger(__name__)
+
+Grain = Literal["post", "topic"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalResult:
+    """What the generator answers from: numbered sources, the zone, the link grain and the trace."""
+
+    sources: tuple[Source, ...]
+    zone: Zone
+    grain: Grain
+    candidates: tuple[Candidate, ...]
+    trace: Trace
+    legacy_reason: str | None = None
+
+    @property
+    def legacy(self) -> bool:
+        return self.legacy_reason is not None
+
+
+class _IndexState:
+    """The cached answer to "is the post index empty?" (one query per ``ttl_s`` at most)."""
+
+    def __init__(self, index: PostIndex, ttl_s: float, clock: Callable[[], float]) -> None:
+        self._index = index
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._empty: bool | None = None
+        self._checked_at = 0.0
+
+    def is_empty(self) -> bool:
+        with self._lock:
+            now = self._clock()
+            if self._empty is None or now - self._checked_at >= self._ttl_s:
+                self._empty = self._index.is_empty()  # errors propagate and are not cached
+                self._checked_at = now
+            return self._empty
+
+
+class Retriever:
+    """Runs retrieval for one question at a time (thread-safe; the keyword branch uses a small pool)."""
+
+    def __init__(
+        self,
+        embedder: Embedder | None,
+        index: PostIndex | None,
+        keyword: KeywordSearch | None,
+        reranker: Reranker | None,
+        settings: RetrievalSettings,
+        *,
+        terms: TermSelector | None = None,
+        rerank_excerpt_chars: int = 300,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if (
+            embedder is not None
+            and index is not None
+            and (embedder.model != index.model or embedder.dimension != index.dimension)
+        ):
+            raise IndexMismatchError(
+                f"the embedder serves {embedder.model} ({embedder.dimension}-d) but the index expects "
+                f"{index.model} ({index.dimension}-d)",
+                service="retrieval",
+            )
+        self.embedder = embedder
+        self.index = index
+        self.keyword = keyword
+        self.reranker = reranker
+        self.settings = settings
+        self.terms = terms or TermSelector(settings.keyword_max_terms)
+        self.rerank_excerpt_chars = rerank_excerpt_chars
+        self._index_state = _IndexState(index, settings.index_check_ttl_s, clock) if index else None
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieval-keyword")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> Retriever:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def retrieve(
+        self,
+        question: str,
+        *,
+        exclude_post_ids: Sequence[int] = (),
+        use_posts: bool = True,
+        use_keyword: bool = True,
+        use_rerank: bool = True,
+        neighbours: int | None = None,
+        trace: Trace | None = None,
+    ) -> RetrievalResult:
+        """Sources and zone for ``question``; ``neighbours`` defaults to ``settings.neighbours``."""
+        trace = trace or Trace()
+        s = self.settings
+        trace.info["config"] = {
+            "posts": use_posts,
+            "keyword": use_keyword,
+            "rerank": use_rerank,
+            "neighbours": s.neighbours if neighbours is None else neighbours,
+        }
+        reason = self._legacy_reason(use_posts, trace)
+        if reason is not None:
+            return self._legacy(question, exclude_post_ids, trace, reason, None)
+
+        future: Future[KeywordResult] | None = None
+        if use_keyword and self.keyword is not None and s.keyword_k > 0:
+            future = self._pool.submit(self._keyword, question, exclude_post_ids, trace)
+        try:
+            vector_ranking = self._embed_and_recall(question, exclude_post_ids, trace)
+        except IndexMismatchError:
+            raise  # another model's vectors: fail loudly, never answer from a mixed space
+        except (TransientError, PermanentError) as exc:
+            return self._legacy(question, exclude_post_ids, trace, _reason(exc), future)
+
+        keyword_ranking: tuple[Candidate, ...] = ()
+        if future is not None:
+            try:
+                keyword_ranking = future.result().candidates
+            except CitebotError as exc:
+                trace.fallback("keyword", f"keyword search failed: {exc}")
+
+        with trace.stage("fuse") as st:
+            rankings = [vector_ranking, keyword_ranking] if keyword_ranking else [vector_ranking]
+            fused = fuse_rrf(rankings, k=s.rrf_k)
+            st.counts = {"vector": len(vector_ranking), "keyword": len(keyword_ranking), "fused": len(fused)}
+            st.scores([c.fused for c in fused])
+        if keyword_ranking:
+            fused = self._hydrate(fused, trace)
+
+        zone: Zone = "normal"
+        ranked: Sequence[Candidate] = fused
+        if use_rerank and self.reranker is not None and fused:
+            with trace.stage("rerank") as st:
+                outcome = rerank_candidates(
+                    self.reranker,
+                    question,
+                    fused,
+                    width=s.recall_k,
+                    excerpt_chars=self.rerank_excerpt_chars,
+                )
+                st.counts = {"in": min(len(fused), s.recall_k)}
+                st.scores([c.logit for c in outcome.candidates])
+                if outcome.fallback:
+                    st.fallback = outcome.fallback
+            if outcome.fallback:
+                trace.fallback("rerank", outcome.fallback)
+            ranked = outcome.candidates
+            if outcome.applied:
+                zone = assign_zone(ranked[0].logit, s.abstain_below, s.weak_below)
+        elif use_rerank and self.reranker is None:
+            trace.fallback("rerank", "no reranker configured")
+
+        n_around = s.neighbours if neighbours is None else neighbours
+        with trace.stage("aggregate") as st:
+            kept = dedupe_by_topic(ranked)[: s.sources_k]
+            context = neighbours_for(kept, n_around, self.index.neighbours) if self.index else {}
+            sources = build_sources(kept, s.sources_k, context=context)
+            st.counts = {"candidates": len(ranked), "sources": len(sources), "neighbours": n_around}
+            st.scores([src.score for src in sources])
+            st.info = {"zone": zone}
+        return RetrievalResult(tuple(sources), zone, "post", tuple(ranked), trace)
+
+    # -- branches -----------------------------------------------------------------------------------
+
+    def _legacy_reason(self, use_posts: bool, trace: Trace) -> str | None:
+        if not use_posts:
+            return "posts pipeline off"
+        if self.embedder is None or self.index is None or self._index_state is None:
+            return "no embedder or index configured"
+        with trace.stage("index_check") as st:
+            try:
+                empty = self._index_state.is_empty()
+            except TransientError as exc:
+                st.fallback = _reason(exc)
+                return f"index unavailable: {_reason(exc)}"
+            st.info = {"empty": empty}
+        return "index empty" if empty else None
+
+    def _embed_and_recall(
+        self, question: str, exclude_post_ids: Sequence[int], trace: Trace
+    ) -> tuple[Candidate, ...]:
+        embedder, index = self.embedder, self.index
+        if embedder is None or index is None:
+            raise ConfigError("posts retrieval needs an embedder and an index", service="retrieval")
+        with trace.stage("embed") as st:
+            vectors = embedder.embed([question], kind="query")
+            st.counts = {"texts": 1, "dimension": len(vectors[0]) if vectors else 0}
+            st.info = {"model": embedder.model}
+        if len(vectors) != 1:
+            raise PermanentError(f"embedder returned {len(vectors)} vectors for 1 text", service="embeddings")
+        with trace.stage("recall") as st:
+            found = index.recall(vectors[0], self.settings.recall_k, exclude_post_ids)
+            st.counts = {"k": self.settings.recall_k, "rows": len(found)}
+            st.scores([c.cosine for c in found])
+        return tuple(found)
+
+    def _keyword(self, question: str, exclude_post_ids: Sequence[int], trace: Trace) -> KeywordResult:
+        search = self.keyword
+        if search is None:
+            raise ConfigError("no keyword search configured", service="retrieval")
+        with trace.stage("keyword") as st:
+            try:
+                result = keyword_search(
+                    search,
+                    self.terms,
+                    question,
+                    limit=self.settings.keyword_k,
+                    exclude_post_ids=exclude_post_ids,
+                )
+            except CitebotError as exc:
+                st.fallback = _reason(exc)
+                raise
+            st.counts = {"queries": len(result.queries), "hits": len(result.candidates)}
+            # The words sent are derived from the question: DEBUG-level detail, kept out of the counts.
+            st.info = {"queries": list(result.queries)}
+        return result
+
+    def _hydrate(self, fused: list[Candidate], trace: Trace) -> list[Candidate]:
+        """Give keyword-only hits their indexed text; drop those in a category restricted now."""
+        index = self.index
+        if index is None:
+            return fused
+        only_keyword = [c.post_id for c in fused if c.vector_rank is None]
+        if not only_keyword:
+            return fused
+        with trace.stage("hydrate") as st:
+            indexed = index.posts(only_keyword)
+            missing = [pid for pid in only_keyword if pid not in indexed]
+            restricted = index.restricted_categories() if missing else frozenset()
+            out = []
+            dropped = 0
+            for cand in fused:
+                if cand.vector_rank is None and cand.post_id in indexed:
+                    full = indexed[cand.post_id]
+                    out.append(replace(cand, text=full.text, category_id=full.category_id))
+                elif cand.vector_rank is None and cand.category_id in restricted:
+                    dropped += 1
+                else:
+                    out.append(cand)
+            st.counts = {"keyword_only": len(only_keyword), "indexed": len(indexed), "dropped": dropped}
+        return out
+
+    def _legacy(
+        self,
+        question: str,
+        exclude_post_ids: Sequence[int],
+        trace: Trace,
+        reason: str,
+        pending: Future[KeywordResult] | None,
+    ) -> RetrievalResult:
+        """Discourse search alone at topic grain, zone normal (the behaviour before the posts pipeline)."""
+        trace.fallback("retrieval", f"legacy: {reason}")
+        log.info("legacy retrieval: %s", reason)
+        hits: tuple[Candidate, ...] = ()
+        if pending is not None:
+            hits = pending.result().candidates  # the branch already ran; its errors propagate
+        elif self.keyword is not None:
+            hits = self._keyword(question, exclude_post_ids, trace).candidates
+        with trace.stage("aggregate") as st:
+            sources = build_sources(hits, self.settings.sources_k)
+            st.counts = {"candidates": len(hits), "sources": len(sources)}
+            st.info = {"grain": "topic", "zone": "normal"}
+        return RetrievalResult(tuple(sources), "normal", "topic", hits, trace, legacy_reason=reason)
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
