@@ -1,0 +1,187 @@
+"""The one module that declares citebot's dramatiq actors.
+
+``declare_actors(broker, runtime)`` registers them on a broker built by the composition root and
+returns them in a frozen ``Actors``; nothing here reads the environment or connects at import time.
+Actor bodies get the process-wide ``Runtime`` from the ``runtime`` callable, which builds it lazily.
+
+Retry policy (SPEC §3.2): transient errors (timeouts, 429, 5xx, a database restarting) retry with
+exponential backoff capped by ``limits.max_backoff_s``, at most ``limits.max_retries`` times, and a 429's
+``Retry-After`` is honoured; permanent errors (4xx, validation) never retry. dramatiq's default of 20
+retries over ~30 days would answer a question a month late.
+
+Messages carry ids only. ``answer_question`` is idempotent: the ``answers`` row is claimed (created in
+state ``queued``) by the first message that sees the post, and a row in a final state is never acted on
+again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, TypeVar
+
+import dramatiq
+
+from worker import answers
+from worker.addressing import BotIdentity
+from worker.errors import PermanentError, TransientError
+from worker.poller import PollReport, poll_once
+from worker.runtime import Runtime
+from worker.settings import LimitsSettings
+
+log = logging.getLogger(__name__)
+
+QUESTIONS_QUEUE = "questions"
+INDEX_QUEUE = "index"
+MAINTENANCE_QUEUE = "maintenance"
+# The backfill team's module (issue 7) that re-indexes one post or topic; until it exists the
+# refresh events are accepted and counted by the webhook but not enqueued.
+INCREMENTAL_MODULE = "backfill.incremental"
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Actors:
+    """The declared actors, by name."""
+
+    answer_question: dramatiq.Actor[Any, None]
+    poll_notifications: dramatiq.Actor[Any, None]
+    refresh_post: dramatiq.Actor[Any, None]
+    refresh_topic: dramatiq.Actor[Any, None]
+
+
+def retry_policy(limits: LimitsSettings) -> Callable[[int, BaseException], bool]:
+    """dramatiq ``retry_when``: permanent errors never, anything else up to ``max_retries`` times."""
+
+    def retry_when(retries_so_far: int, exc: BaseException) -> bool:
+        if isinstance(exc, PermanentError):
+            return False
+        return retries_so_far < limits.max_retries
+
+    return retry_when
+
+
+def honour_retry_after(limits: LimitsSettings, fn: Callable[[], R]) -> R:
+    """Run ``fn``; a transient error that names a wait becomes ``dramatiq.Retry`` with that delay."""
+    try:
+        return fn()
+    except TransientError as exc:
+        if exc.retry_after is None:
+            raise
+        delay_s = min(max(exc.retry_after, limits.min_backoff_s), limits.max_backoff_s)
+        raise dramatiq.Retry(str(exc), delay=int(delay_s * 1000)) from exc
+
+
+def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limits: LimitsSettings) -> Actors:
+    """Register every actor on ``broker``; bodies call ``runtime()`` only when a message runs."""
+    options: dict[str, Any] = {
+        "broker": broker,
+        "retry_when": retry_policy(limits),
+        "throws": (PermanentError,),
+        "min_backoff": int(limits.min_backoff_s * 1000),
+        "max_backoff": int(limits.max_backoff_s * 1000),
+    }
+
+    @dramatiq.actor(queue_name=QUESTIONS_QUEUE, **options)
+    def answer_question(post_id: int, topic_id: int, version: int, source: str = "webhook") -> None:
+        honour_retry_after(limits, lambda: handle_question(runtime(), post_id, topic_id, version, source))
+
+    def enqueue_from_poll(post_id: int, topic_id: int, version: int) -> None:
+        answer_question.send(post_id, topic_id, version, "poller")
+
+    @dramatiq.actor(queue_name=MAINTENANCE_QUEUE, **options)
+    def poll_notifications() -> None:
+        honour_retry_after(limits, lambda: run_poll(runtime(), enqueue_from_poll))
+
+    @dramatiq.actor(queue_name=INDEX_QUEUE, **options)
+    def refresh_post(post_id: int, event: str) -> None:
+        module = _incremental()
+        if module is None:
+            log.debug("refresh_post(%d, %s): %s not installed", post_id, event, INCREMENTAL_MODULE)
+            return
+        honour_retry_after(limits, lambda: module.refresh_post(runtime(), post_id, event))
+
+    @dramatiq.actor(queue_name=INDEX_QUEUE, **options)
+    def refresh_topic(topic_id: int, event: str) -> None:
+        module = _incremental()
+        if module is None:
+            log.debug("refresh_topic(%d, %s): %s not installed", topic_id, event, INCREMENTAL_MODULE)
+            return
+        honour_retry_after(limits, lambda: module.refresh_topic(runtime(), topic_id, event))
+
+    return Actors(answer_question, poll_notifications, refresh_post, refresh_topic)
+
+
+def handle_question(rt: Runtime, post_id: int, topic_id: int, version: int, source: str) -> None:
+    """Claim the row if no one has, then hand the question to the answerer unless it is finished."""
+    with rt.pool.connection() as conn:
+        created = answers.claim(conn, post_id, topic_id, None, version, None, None, source)
+        row = answers.get(conn, post_id)
+    if row is None:  # pragma: no cover - the row was just claimed or already there
+        raise TransientError("answers row vanished", service="postgres")
+    if row.state in answers.FINAL_STATES:
+        log.info("question already %s; nothing to do", row.state, extra={"post_id": post_id})
+        return
+    log.debug("question %s (claimed=%s)", post_id, created, extra={"post_id": post_id, "topic_id": topic_id})
+    rt.answer(post_id)
+
+
+def run_poll(rt: Runtime, enqueue: Callable[[int, int, int], None]) -> PollReport:
+    """One catch-up pass with the runtime's forum, database and Redis."""
+    s = rt.settings
+    bot = BotIdentity(s.discourse.bot_username, s.discourse.bot_user_id, s.discourse.answer_pms)
+    with rt.pool.connection() as conn:
+        return poll_once(
+            rt.forum,
+            conn,
+            rt.redis,
+            enqueue,
+            bot=bot,
+            namespace=s.redis.namespace,
+            lookback_s=s.limits.poll_lookback_s,
+            dedupe_ttl_s=s.limits.webhook_dedupe_ttl_s,
+        )
+
+
+@cache
+def incremental_available() -> bool:
+    """Whether the backfill team's incremental indexer exists in this installation."""
+    try:
+        return importlib.util.find_spec(INCREMENTAL_MODULE) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _incremental() -> Any:
+    if not incremental_available():
+        return None
+    return importlib.import_module(INCREMENTAL_MODULE)
+
+
+class DramatiqIntake:
+    """The webhook's ``Intake`` over the declared actors: ids in, messages out."""
+
+    def __init__(self, actors: Actors) -> None:
+        self._actors = actors
+
+    def question(self, post_id: int, topic_id: int, version: int) -> None:
+        self._actors.answer_question.send(post_id, topic_id, version, "webhook")
+
+    def refresh_post(self, post_id: int, event: str) -> None:
+        if incremental_available():
+            self._actors.refresh_post.send(post_id, event)
+        else:
+            log.debug("%s pending (issue 7): %s of post %d not enqueued", INCREMENTAL_MODULE, event, post_id)
+
+    def refresh_topic(self, topic_id: int, event: str) -> None:
+        if incremental_available():
+            self._actors.refresh_topic.send(topic_id, event)
+        else:
+            log.debug(
+                "%s pending (issue 7): %s of topic %d not enqueued", INCREMENTAL_MODULE, event, topic_id
+            )

@@ -1,0 +1,124 @@
+"""The ``answers`` table: one row per question post, the unit of exactly-once.
+
+The first actor that sees a question ``claim``s it (``INSERT … ON CONFLICT DO NOTHING``); every later
+delivery of the same post finds the row and does nothing new. The row then moves through its states
+with ``transition``, a conditional UPDATE, so two workers holding the same message cannot both move it:
+``queued → retrieved → generated → posted | abstained | refused | failed`` (``skipped`` for rate limits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+AnswerState = Literal[
+    "queued", "retrieved", "generated", "posted", "abstained", "refused", "failed", "skipped"
+]
+STATES: tuple[AnswerState, ...] = get_args(AnswerState)
+FINAL_STATES: frozenset[AnswerState] = frozenset({"posted", "abstained", "refused", "failed", "skipped"})
+
+# Columns ``transition`` may set besides ``state``; jsonb ones are wrapped for psycopg.
+_FIELDS = frozenset(
+    {"zone", "rule_id", "sources", "reply_raw", "reply_post_id", "trace", "attempts", "error", "posted_at"}
+)
+_JSON_FIELDS = frozenset({"sources", "trace"})
+_COLUMNS = (
+    "id, post_id, topic_id, post_number, post_version, user_id, username, state, zone, rule_id, sources,"
+    " reply_raw, reply_post_id, trace, attempts, error, enqueued_by, created_at, updated_at, posted_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One row of ``answers``."""
+
+    id: int
+    post_id: int
+    topic_id: int
+    post_number: int | None
+    post_version: int | None
+    user_id: int | None
+    username: str | None
+    state: AnswerState
+    zone: str | None
+    rule_id: str | None
+    sources: Any
+    reply_raw: str | None
+    reply_post_id: int | None
+    trace: Any
+    attempts: int
+    error: str | None
+    enqueued_by: str | None
+    created_at: Any
+    updated_at: Any
+    posted_at: Any
+
+
+def claim(
+    conn: psycopg.Connection[Any],
+    post_id: int,
+    topic_id: int,
+    post_number: int | None,
+    version: int | None,
+    user_id: int | None,
+    username: str | None,
+    enqueued_by: str,
+) -> bool:
+    """Create the row in state ``queued``; True only for the caller that created it."""
+    row = conn.execute(
+        "INSERT INTO answers (post_id, topic_id, post_number, post_version, user_id, username, enqueued_by)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (post_id) DO NOTHING RETURNING id",
+        (post_id, topic_id, post_number, version, user_id, username, enqueued_by),
+    ).fetchone()
+    return row is not None
+
+
+def get(conn: psycopg.Connection[Any], post_id: int) -> Answer | None:
+    """The row of ``post_id``, or None."""
+    cur = conn.execute(f"SELECT {_COLUMNS} FROM answers WHERE post_id = %s", (post_id,))  # noqa: S608
+    row = cur.fetchone()
+    return Answer(*row) if row is not None else None
+
+
+def existing(conn: psycopg.Connection[Any], post_ids: Collection[int]) -> set[int]:
+    """Which of ``post_ids`` already have a row."""
+    if not post_ids:
+        return set()
+    rows = conn.execute("SELECT post_id FROM answers WHERE post_id = ANY(%s)", (list(post_ids),)).fetchall()
+    return {int(r[0]) for r in rows}
+
+
+def transition(
+    conn: psycopg.Connection[Any],
+    post_id: int,
+    from_states: Collection[AnswerState],
+    to_state: AnswerState,
+    **fields: object,
+) -> bool:
+    """Move the row from one of ``from_states`` to ``to_state``, setting ``fields``; False if not there.
+
+    The state check is in the WHERE clause, so of two workers racing on one row exactly one wins.
+    """
+    if to_state not in STATES:
+        raise ValueError(f"unknown state {to_state!r}")
+    bad = set(from_states) - set(STATES)
+    if bad or not from_states:
+        raise ValueError(f"unknown or empty from_states {sorted(bad)!r}")
+    unknown = set(fields) - _FIELDS
+    if unknown:
+        raise ValueError(f"cannot set {sorted(unknown)!r} on answers")
+    sets: list[sql.Composable] = [sql.SQL("state = %s"), sql.SQL("updated_at = now()")]
+    values: list[object] = [to_state]
+    for name, value in sorted(fields.items()):
+        sets.append(sql.SQL("{} = %s").format(sql.Identifier(name)))
+        values.append(Jsonb(value) if name in _JSON_FIELDS else value)
+    query = sql.SQL("UPDATE answers SET {} WHERE post_id = %s AND state = ANY(%s) RETURNING id").format(
+        sql.SQL(", ").join(sets)
+    )
+    row = conn.execute(query, [*values, post_id, list(from_states)]).fetchone()
+    return row is not None

@@ -1,0 +1,1 @@
+"""Clients of external services: one ``*Client`` per service over an injected ``httpx.Client``."""

@@ -1,0 +1,314 @@
+"""``DiscourseClient``: the subset of Discourse's REST API the bot uses, over an injected httpx client.
+
+Every call goes through ``_request``, which adds the ``Api-Key``/``Api-Username`` headers and maps
+failures onto ``worker.errors``: 429 → ``RateLimitedError`` (wait from ``Retry-After`` or
+``extras.wait_seconds``), 5xx/timeouts/connection errors → ``ServiceUnavailableError``, 422 →
+``ValidationError`` with Discourse's ``errors`` list, 401/403 → ``AuthError``, 404 → ``NotFoundError``,
+any other 4xx → ``PermanentError``. Admin-API calls (site settings) pass a token bucket first, because
+Discourse allows only ~60 of them a minute for the whole site.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import httpx
+
+from worker.domain import ForumPost, ForumTopic, Notification, SearchHit
+from worker.errors import (
+    AuthError,
+    NotFoundError,
+    PermanentError,
+    RateLimitedError,
+    ServiceUnavailableError,
+    ValidationError,
+)
+from worker.ratelimit import TokenBucket
+from worker.settings import DiscourseSettings
+
+log = logging.getLogger(__name__)
+
+SERVICE = "discourse"
+# Discourse serves a topic's post stream in chunks of 20 and accepts that many ids per request.
+POST_IDS_PER_REQUEST = 20
+NOTIFICATION_KINDS: Mapping[int, Literal["mentioned", "replied", "private_message"]] = {
+    1: "mentioned",
+    2: "replied",
+    6: "private_message",
+}
+
+Json = dict[str, Any]
+
+
+class DiscourseClient:
+    """One method per remote call; returns ``worker.domain`` values, raises ``worker.errors``."""
+
+    def __init__(
+        self,
+        http: httpx.Client,
+        settings: DiscourseSettings,
+        *,
+        admin_bucket: TokenBucket | None = None,
+    ) -> None:
+        self._http = http
+        self._settings = settings
+        self._base = settings.base_url
+        self._admin_bucket = admin_bucket or TokenBucket(settings.admin_requests_per_minute, burst=3)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get_post(self, post_id: int) -> ForumPost:
+        """``GET /posts/{id}.json``: one post, with its ``raw`` Markdown."""
+        return parse_post(self._request("GET", f"/posts/{int(post_id)}.json"))
+
+    def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
+        """``GET /t/{id}.json``; with ``all_posts`` the rest of the stream is fetched 20 ids at a time."""
+        data = self._request("GET", f"/t/{int(topic_id)}.json")
+        stream = data.get("post_stream") or {}
+        posts = [parse_post(p, topic=data) for p in stream.get("posts") or []]
+        if all_posts:
+            have = {p.id for p in posts}
+            missing = [int(i) for i in stream.get("stream") or [] if int(i) not in have]
+            for start in range(0, len(missing), POST_IDS_PER_REQUEST):
+                chunk = missing[start : start + POST_IDS_PER_REQUEST]
+                page = self._request(
+                    "GET", f"/t/{int(topic_id)}/posts.json", params=[("post_ids[]", i) for i in chunk]
+                )
+                posts.extend(
+                    parse_post(p, topic=data) for p in (page.get("post_stream") or {}).get("posts") or []
+                )
+            posts.sort(key=lambda p: p.post_number)
+        return ForumTopic(
+            id=int(data["id"]),
+            title=str(data.get("title") or ""),
+            slug=str(data.get("slug") or ""),
+            category_id=_opt_int(data.get("category_id")),
+            archetype=str(data.get("archetype") or "regular"),
+            visible=bool(data.get("visible", True)),
+            deleted=data.get("deleted_at") is not None,
+            tags=tuple(_tag_name(t) for t in data.get("tags") or []),
+            posts=tuple(posts),
+        )
+
+    def search(self, query: str, *, limit: int = 25) -> list[SearchHit]:
+        """``GET /search.json?q=…``: one post per topic, best first, as Discourse ranks them."""
+        data = self._request("GET", "/search.json", params={"q": query})
+        topics = {int(t["id"]): t for t in data.get("topics") or [] if "id" in t}
+        hits: list[SearchHit] = []
+        for post in data.get("posts") or []:
+            topic = topics.get(int(post.get("topic_id", 0)), {})
+            hits.append(
+                SearchHit(
+                    post_id=int(post["id"]),
+                    topic_id=int(post["topic_id"]),
+                    post_number=int(post.get("post_number", 1)),
+                    topic_slug=str(topic.get("slug") or ""),
+                    topic_title=str(topic.get("title") or ""),
+                    blurb=str(post.get("blurb") or ""),
+                    category_id=_opt_int(topic.get("category_id")),
+                )
+            )
+            if len(hits) >= limit:
+                break
+        return hits
+
+    def get_notifications(self) -> list[Notification]:
+        """``GET /notifications.json`` as the API user: its mentions, replies and PMs, newest first."""
+        data = self._request("GET", "/notifications.json")
+        out: list[Notification] = []
+        for item in data.get("notifications") or []:
+            extra = item.get("data") or {}
+            post_id = extra.get("original_post_id")
+            out.append(
+                Notification(
+                    id=int(item["id"]),
+                    kind=NOTIFICATION_KINDS.get(int(item.get("notification_type", 0)), "other"),
+                    topic_id=int(item.get("topic_id") or 0),
+                    post_number=int(item.get("post_number") or 0),
+                    post_id=int(post_id) if post_id is not None else None,
+                    created_at=str(item.get("created_at") or ""),
+                )
+            )
+        return out
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def create_post(self, topic_id: int, raw: str, *, reply_to_post_number: int | None = None) -> ForumPost:
+        """``POST /posts.json``: a reply in ``topic_id``, as the API user."""
+        body: Json = {"topic_id": int(topic_id), "raw": raw}
+        if reply_to_post_number is not None:
+            body["reply_to_post_number"] = int(reply_to_post_number)
+        return parse_post(self._request("POST", "/posts.json", json=body))
+
+    # -- admin API -----------------------------------------------------------------------------
+
+    def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
+        """Values of the named site settings (admin API, filter ``citebot``); unknown names are absent."""
+        wanted = set(names)
+        data = self._request("GET", "/admin/site_settings.json", params={"filter": "citebot"}, admin=True)
+        out: dict[str, object] = {}
+        for item in data.get("site_settings") or []:
+            name = item.get("setting")
+            if name in wanted:
+                out[str(name)] = _setting_value(item)
+        return out
+
+    def set_site_setting(self, name: str, value: object) -> None:
+        """``PUT /admin/site_settings/{name}.json`` (admin API)."""
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        self._request("PUT", f"/admin/site_settings/{name}.json", json={name: value}, admin=True)
+
+    # -- transport -----------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Any = None,
+        json: Json | None = None,
+        admin: bool = False,
+    ) -> Json:
+        if admin:
+            waited = self._admin_bucket.acquire()
+            if waited:
+                log.debug("admin API budget: waited %.2fs", waited)
+        headers = {
+            "Api-Key": self._settings.api_key.get_secret_value(),
+            "Api-Username": self._settings.api_username,
+            "Accept": "application/json",
+        }
+        try:
+            response = self._http.request(
+                method,
+                self._base + path,
+                params=params,
+                json=json,
+                headers=headers,
+                timeout=self._settings.timeout_s,
+            )
+        except httpx.TimeoutException as exc:
+            raise ServiceUnavailableError(f"{method} {path} timed out", service=SERVICE) from exc
+        except httpx.TransportError as exc:
+            raise ServiceUnavailableError(
+                f"{method} {path} failed: {type(exc).__name__}", service=SERVICE
+            ) from exc
+        status = response.status_code
+        if status < 300:
+            if not response.content:
+                return {}
+            try:
+                data = response.json()
+            except ValueError as exc:
+                raise ServiceUnavailableError(
+                    f"{method} {path}: body is not JSON", service=SERVICE, status=status
+                ) from exc
+            return data if isinstance(data, dict) else {"items": data}
+        raise map_error(method, path, response)
+
+
+def map_error(method: str, path: str, response: httpx.Response) -> Exception:
+    """The ``worker.errors`` exception for a non-2xx Discourse response."""
+    status = response.status_code
+    body = _json_or_empty(response)
+    errors = tuple(str(e) for e in body.get("errors") or [] if e is not None)
+    what = f"{method} {path}: " + ("; ".join(errors) if errors else response.reason_phrase or "error")
+    if status == 429:
+        return RateLimitedError(
+            what, service=SERVICE, status=status, retry_after=retry_after_of(response, body)
+        )
+    if status >= 500:
+        return ServiceUnavailableError(
+            what, service=SERVICE, status=status, retry_after=retry_after_of(response, body)
+        )
+    if status == 422:
+        return ValidationError(what, service=SERVICE, status=status, details=errors)
+    if status in (401, 403):
+        return AuthError(what, service=SERVICE, status=status, details=errors)
+    if status == 404:
+        return NotFoundError(what, service=SERVICE, status=status, details=errors)
+    return PermanentError(what, service=SERVICE, status=status, details=errors)
+
+
+def retry_after_of(response: httpx.Response, body: Mapping[str, Any]) -> float | None:
+    """Seconds to wait: ``Retry-After`` (seconds or HTTP date), else ``extras.wait_seconds``."""
+    header = response.headers.get("Retry-After")
+    if header:
+        header = header.strip()
+        try:
+            return max(0.0, float(header))
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(header)
+            except (TypeError, ValueError):
+                when = None
+            if when is not None:
+                return max(0.0, when.timestamp() - time.time())
+    extras = body.get("extras")
+    if isinstance(extras, Mapping):
+        wait = extras.get("wait_seconds")
+        if isinstance(wait, int | float) and not isinstance(wait, bool):
+            return max(0.0, float(wait))
+    return None
+
+
+def parse_post(data: Mapping[str, Any], *, topic: Mapping[str, Any] | None = None) -> ForumPost:
+    """A ``ForumPost`` from Discourse's post JSON (``/posts/{id}.json``, a stream entry, or a webhook)."""
+    reply_to_user = data.get("reply_to_user") or {}
+    topic = topic or {}
+    return ForumPost(
+        id=int(data["id"]),
+        topic_id=int(data.get("topic_id") or topic.get("id") or 0),
+        post_number=int(data.get("post_number") or 0),
+        username=str(data.get("username") or ""),
+        user_id=int(data.get("user_id") or 0),
+        cooked=str(data.get("cooked") or ""),
+        raw=data.get("raw") if isinstance(data.get("raw"), str) else None,
+        post_type=int(data.get("post_type") or 1),
+        reply_to_post_number=_opt_int(data.get("reply_to_post_number")),
+        reply_to_username=reply_to_user.get("username") if isinstance(reply_to_user, Mapping) else None,
+        version=int(data.get("version") or 1),
+        hidden=bool(data.get("hidden", False)),
+        deleted=data.get("deleted_at") is not None or bool(data.get("user_deleted", False)),
+        topic_slug=str(data.get("topic_slug") or topic.get("slug") or ""),
+        topic_title=str(data.get("topic_title") or topic.get("title") or ""),
+        category_id=_opt_int(data.get("category_id", topic.get("category_id"))),
+        archetype=str(data.get("topic_archetype") or topic.get("archetype") or "regular"),
+        created_at=data.get("created_at"),
+        updated_at=data.get("updated_at"),
+    )
+
+
+def _setting_value(item: Mapping[str, Any]) -> object:
+    value = item.get("value")
+    if item.get("type") == "bool" and isinstance(value, str):
+        return value.strip().lower() == "true"
+    return value
+
+
+def _json_or_empty(response: httpx.Response) -> Json:
+    try:
+        data = response.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _opt_int(value: object) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)  # type: ignore[call-overload, no-any-return]
+    except (TypeError, ValueError):
+        return None
+
+
+def _tag_name(tag: object) -> str:
+    if isinstance(tag, Mapping):
+        return str(tag.get("name") or "")
+    return str(tag)

@@ -1,0 +1,70 @@
+"""``citebot worker run``: a dramatiq worker running citebot's actors in this process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+NAME = "worker"
+HELP = "queue worker: run"
+
+log = logging.getLogger(__name__)
+
+# SPEC §7: dramatiq's default 1 s poll adds ~0.4 s to an idle worker's first job; 100 ms → ~40 ms.
+WORKER_TIMEOUT_MS = 100
+
+
+def register(group: argparse.ArgumentParser) -> None:
+    sub = group.add_subparsers(dest="worker_command", metavar="ACTION")
+    sub.required = True
+    p = sub.add_parser("run", help="consume the questions, index and maintenance queues until stopped")
+    p.add_argument("--threads", type=int, default=4, help="worker threads (default 4)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes; more than 1 needs the `dramatiq` CLI (see docs/intake.md)",
+    )
+    p.add_argument("--queues", nargs="*", default=None, help="only these queues (default: all)")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import dramatiq
+
+    from worker.actors import declare_actors
+    from worker.broker import build_broker
+    from worker.commands.common import settings_from
+    from worker.errors import ConfigError
+    from worker.runtime import RuntimeProvider
+
+    settings = settings_from(args)
+    if args.processes != 1:
+        raise ConfigError(
+            "--processes > 1 is not supported in-process; run one `citebot worker run` per process"
+        )
+    broker = build_broker(settings.redis, settings.limits)
+    runtime = RuntimeProvider(settings)
+    declare_actors(broker, runtime, settings.limits)
+    worker = dramatiq.Worker(
+        broker,
+        queues=set(args.queues) if args.queues else None,
+        worker_timeout=WORKER_TIMEOUT_MS,
+        worker_threads=args.threads,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    worker.start()
+    log.info("worker started: %d thread(s)", args.threads)
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        worker.stop()
+        broker.close()
+        runtime.close()
+    return 0

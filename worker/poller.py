@@ -1,0 +1,130 @@
+"""Catch-up poller: questions whose webhook never arrived still get exactly one job.
+
+Discourse does not retry a timed-out delivery, and a Redis without persistence loses its queue on
+restart; the bot's own notifications (mentions, replies, PMs) are the durable record of who asked.
+For each recent one (bounded look-back) whose post has no ``answers`` row, the poller checks the post
+is still addressed to the bot, skips it when a webhook delivery of it is in flight (dedupe key), and
+then claims the row and enqueues the job in ONE transaction: the row is committed only when the
+message is in the queue, and two pollers racing on one post cannot both claim it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import psycopg
+import redis as redis_lib
+
+from worker import answers
+from worker.addressing import BotIdentity, decide
+from worker.dedupe import dedupe_key, first_sighting, forget
+from worker.domain import ForumPost, Notification
+from worker.errors import NotFoundError
+
+log = logging.getLogger(__name__)
+
+POLLED_KINDS = frozenset({"mentioned", "replied"})
+ENQUEUED_BY = "poller"
+
+
+class NotificationSource(Protocol):
+    """The part of the forum the poller reads (``DiscourseClient`` satisfies it)."""
+
+    def get_notifications(self) -> list[Notification]: ...
+
+    def get_post(self, post_id: int) -> ForumPost: ...
+
+
+Enqueue = Callable[[int, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class PollReport:
+    seen: int = 0
+    too_old: int = 0
+    answered: int = 0
+    in_flight: int = 0
+    not_addressed: int = 0
+    enqueued: int = 0
+
+
+def poll_once(
+    forum: NotificationSource,
+    conn: psycopg.Connection[Any],
+    redis: redis_lib.Redis,
+    enqueue: Enqueue,
+    *,
+    bot: BotIdentity,
+    namespace: str,
+    lookback_s: int,
+    dedupe_ttl_s: int,
+    now: datetime | None = None,
+) -> PollReport:
+    """One pass over the bot's notifications; returns what it did."""
+    cutoff = (now or datetime.now(UTC)) - timedelta(seconds=lookback_s)
+    kinds = POLLED_KINDS | ({"private_message"} if bot.answer_pms else set())
+    candidates: dict[int, Notification] = {}
+    too_old = 0
+    notes = forum.get_notifications()
+    for note in notes:
+        if note.kind not in kinds or note.post_id is None:
+            continue
+        if _parse_time(note.created_at) < cutoff:
+            too_old += 1
+            continue
+        candidates.setdefault(note.post_id, note)
+    have = answers.existing(conn, candidates.keys())
+    conn.commit()
+    counts = {"in_flight": 0, "not_addressed": 0, "enqueued": 0}
+    for post_id in sorted(candidates.keys() - have):
+        counts[_catch_up(forum, conn, redis, enqueue, post_id, bot, namespace, dedupe_ttl_s)] += 1
+    report = PollReport(seen=len(notes), too_old=too_old, answered=len(have), **counts)
+    if report.enqueued:
+        log.info("poller enqueued %d missed question(s)", report.enqueued)
+    return report
+
+
+def _catch_up(
+    forum: NotificationSource,
+    conn: psycopg.Connection[Any],
+    redis: redis_lib.Redis,
+    enqueue: Enqueue,
+    post_id: int,
+    bot: BotIdentity,
+    namespace: str,
+    ttl: int,
+) -> str:
+    try:
+        post = forum.get_post(post_id)
+    except NotFoundError:
+        return "not_addressed"
+    if not decide(post, bot).addressed:
+        return "not_addressed"
+    key = dedupe_key(namespace, "post_created", post.id, post.version)
+    if not first_sighting(redis, key, ttl):
+        return "in_flight"
+    try:
+        with conn.transaction():
+            claimed = answers.claim(
+                conn, post.id, post.topic_id, post.post_number, post.version, post.user_id,
+                post.username, ENQUEUED_BY,
+            )  # fmt: skip
+            if not claimed:
+                return "in_flight"
+            enqueue(post.id, post.topic_id, post.version)
+    except BaseException:
+        forget(redis, key)
+        raise
+    return "enqueued"
+
+
+def _parse_time(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
