@@ -155,6 +155,8 @@ def build_prompt(
         text, truncated = _cut(text, cap_chars), True
     builder = _Builder(templates, system, _question_block(templates, text, token, language), token, count)
 
+    if not sources:
+        zone = "abstain"  # no evidence is an abstention, whatever the caller's zone
     chosen = list(sources) if zone != "abstain" else []
     user, fitted, cut = _fit(builder, zone, chosen, token_budget, min_excerpt_chars)
     truncated = truncated or cut
