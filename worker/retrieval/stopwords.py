@@ -46,6 +46,7 @@ FRENCH = _words(
     toute toutes très tres tu un une unes uns vers via vos votre vous y
     bonjour bonsoir salut merci svp stp question questions aide aider besoin savoir sais sait voudrais
     veux veut pouvez pourriez quelqu quelque quelques chose choses truc marche fonctionne possible
+    est-ce peut-être peut-etre a-t-il y-a-t-il dois-je puis-je faut-il
     """
 )
 

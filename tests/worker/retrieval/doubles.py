@@ -1,0 +1,167 @@
+"""Test doubles of the model and search services (the Protocols), and a helper to fill post_index.
+
+They are real implementations of ``Embedder``, ``Reranker`` and ``KeywordSearch`` that record their
+calls; storage is never faked (the tests use the real Postgres fixtures).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import psycopg
+from pgvector import HalfVector
+
+from worker.domain import EmbedKind, SearchHit
+from worker.errors import CitebotError
+from worker.protocols import Embedder, KeywordSearch, Reranker
+
+
+def unit(values: Sequence[float]) -> list[float]:
+    a = np.asarray(values, dtype=np.float64)
+    return [float(x) for x in a / np.linalg.norm(a)]
+
+
+class TableEmbedder(Embedder):
+    """Vectors from a table (exact text → vector), else a hashed one; ``before`` runs inside each call."""
+
+    def __init__(
+        self,
+        table: Mapping[str, Sequence[float]] | None = None,
+        *,
+        model: str = "test-model",
+        dimension: int = 8,
+        before: Callable[[], None] | None = None,
+    ) -> None:
+        self._table = {k: unit(v) for k, v in (table or {}).items()}
+        self._model = model
+        self._dimension = dimension
+        self.before = before
+        self.calls: list[tuple[tuple[str, ...], EmbedKind]] = []
+        self.fail_with: CitebotError | None = None
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind = "passage") -> list[list[float]]:
+        self.calls.append((tuple(texts), kind))
+        if self.before is not None:
+            self.before()
+        if self.fail_with is not None:
+            raise self.fail_with
+        return [self._table.get(t) or self._hashed(t) for t in texts]
+
+    def _hashed(self, text: str) -> list[float]:
+        digest = hashlib.sha256(text.encode()).digest()
+        return unit([digest[i] - 127.5 for i in range(self._dimension)])
+
+
+def hit(post_id: int, topic_id: int, *, post_number: int = 1, category_id: int | None = None) -> SearchHit:
+    return SearchHit(
+        post_id=post_id,
+        topic_id=topic_id,
+        post_number=post_number,
+        topic_slug=f"topic-{topic_id}",
+        topic_title=f"Topic {topic_id}",
+        blurb=f"blurb of post {post_id}",
+        category_id=category_id,
+    )
+
+
+class CannedSearch(KeywordSearch):
+    """Discourse search with canned hits per query string (anything else finds nothing)."""
+
+    def __init__(
+        self,
+        results: Mapping[str, Sequence[SearchHit]] | None = None,
+        *,
+        default: Sequence[SearchHit] = (),
+        before: Callable[[], None] | None = None,
+    ) -> None:
+        self.results = dict(results or {})
+        self.default = list(default)
+        self.before = before
+        self.queries: list[str] = []
+        self.fail_with: CitebotError | None = None
+        self._lock = threading.Lock()
+
+    def search(self, query: str, *, limit: int = 25) -> list[SearchHit]:
+        with self._lock:
+            self.queries.append(query)
+        if self.before is not None:
+            self.before()
+        if self.fail_with is not None:
+            raise self.fail_with
+        return list(self.results.get(query, self.default))[:limit]
+
+
+class ScriptedReranker(Reranker):
+    """Logits from a function of the text (default: by a number found in a table), or a failure."""
+
+    def __init__(self, score: Callable[[str], float], *, delay_s: float = 0.0) -> None:
+        self._score = score
+        self.delay_s = delay_s
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.fail_with: CitebotError | None = None
+
+    @property
+    def name(self) -> str:
+        return "scripted"
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+        self.calls.append((query, tuple(texts)))
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.fail_with is not None:
+            raise self.fail_with
+        return [self._score(t) for t in texts]
+
+
+def insert_post(
+    conn: psycopg.Connection,
+    post_id: int,
+    vector: Sequence[float],
+    *,
+    topic_id: int | None = None,
+    post_number: int = 1,
+    category_id: int | None = None,
+    title: str | None = None,
+    text: str | None = None,
+    model: str = "test-model",
+) -> None:
+    """One row of post_index, as the backfill writes it (title, blank line, body)."""
+    topic = topic_id if topic_id is not None else post_id
+    title = title if title is not None else f"Topic {topic}"
+    body = text if text is not None else f"body of post {post_id}"
+    conn.execute(
+        "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title, category_id, text,"
+        " digest, model, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, '\\x00', %s, %s)",
+        (
+            post_id,
+            topic,
+            post_number,
+            f"topic-{topic}",
+            title,
+            category_id,
+            f"{title}\n\n{body}",
+            model,
+            HalfVector(np.asarray(unit(vector), dtype=np.float32)),
+        ),
+    )
+
+
+def angle_vector(angle_deg: float, dimension: int = 8) -> list[float]:
+    """A unit vector at ``angle_deg`` from e1 in the (e1, e2) plane: cosine to e1 = cos(angle)."""
+    v = [0.0] * dimension
+    v[0] = math.cos(math.radians(angle_deg))
+    v[1] = math.sin(math.radians(angle_deg))
+    return v
