@@ -6,7 +6,8 @@ and empty completions are retried up to ``settings.max_retries`` times. The wait
 ``Retry-After`` longer than the cap is not slept on: the ``RateLimitedError`` propagates at once so the
 actor reschedules the message instead of holding a worker thread. After the last try the transient
 error propagates. Everything else (400/413/422 → ValidationError, 401/403 → AuthError, 404 →
-NotFoundError, a malformed body, an empty completion cut by ``max_tokens``) is a PermanentError.
+NotFoundError, a malformed body, an empty completion cut by ``max_tokens``) is a PermanentError. A
+completion cut by ``max_tokens`` loses its unfinished last sentence, so no half sentence is posted.
 
 Error bodies differ between servers and are parsed defensively: nested ``{"error": {"message", "type",
 "code"}}`` (OpenAI, Ollama, vLLM, llama.cpp), flat ``{"object": "error", "message", "type", "code"}``
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 SERVICE = "llm"
 LLM_REQUESTS = Counter("citebot_llm_requests", "HTTP requests to the LLM, by outcome.", ["outcome"])
 LLM_TOKENS = Counter("citebot_llm_tokens", "Tokens the LLM reported, by kind.", ["kind"])
+_SENTENCE_END = re.compile(r"[.!?…:](?:\s*\[\[[\d,\s]+\]\])*(?=\s|$)|\n")
 _THINK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 
 
@@ -224,6 +226,12 @@ class OpenAIChatClient:
             if first.get("finish_reason") == "content_filter":
                 raise PermanentError("completion blocked by the provider's filter", service=SERVICE)
             raise ServiceUnavailableError("empty completion", service=SERVICE)
+        if first.get("finish_reason") == "length":
+            text = cut_to_last_sentence(text)
+            LLM_REQUESTS.labels(outcome="cut").inc()
+            log.info("LLM answer cut by max_tokens; kept %d characters of whole sentences", len(text))
+            if not text:
+                raise ValidationError("completion cut by max_tokens before one sentence", service=SERVICE)
         usage = _usage(body.get("usage"))
         LLM_TOKENS.labels(kind="prompt").inc(usage.prompt_tokens)
         LLM_TOKENS.labels(kind="completion").inc(usage.completion_tokens)
@@ -231,6 +239,15 @@ class OpenAIChatClient:
         return Completion(
             text=text, model=model if isinstance(model, str) and model else self.name, usage=usage
         )
+
+
+def cut_to_last_sentence(text: str) -> str:
+    """Drop an unfinished last sentence (a completion cut by ``max_tokens``): never post half a thought."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    kept = text[: ends[-1]].rstrip() if ends else ""
+    if kept.count("```") % 2:  # an unclosed code block would swallow what the pipeline appends
+        kept = kept[: kept.rfind("```")].rstrip()
+    return kept
 
 
 def _error_code(body: Mapping[str, Any]) -> int | None:

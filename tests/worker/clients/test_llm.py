@@ -11,7 +11,13 @@ import pytest
 import respx
 from pydantic import SecretStr
 
-from worker.clients.llm import OpenAIChatClient, chat_completions_url, error_message, parse_retry_after
+from worker.clients.llm import (
+    OpenAIChatClient,
+    chat_completions_url,
+    cut_to_last_sentence,
+    error_message,
+    parse_retry_after,
+)
 from worker.domain import Usage
 from worker.errors import (
     AuthError,
@@ -526,3 +532,46 @@ def test_error_message_of_odd_bodies() -> None:
     assert error_message(httpx.Response(500, text="")) == ("Internal Server Error", None)
     assert error_message(httpx.Response(500, json=["x"])) == ("['x']", None)
     assert error_message(httpx.Response(400, json={"error": {"type": "t"}})) == ("{'type': 't'}", "t")
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("One. Two [[1]]. Three is cu", "One. Two [[1]]."),
+        ("Use X. [[1]] And then", "Use X. [[1]]"),
+        ("Use X. [[1]][[2, 3]] And", "Use X. [[1]][[2, 3]]"),
+        ("Steps:\n- one [[1]]\n- tw", "Steps:\n- one [[1]]"),
+        ("Try this. [[1]]\n```cpp\nnode->SetPos", "Try this. [[1]]"),
+        ("Version 1.2 is", ""),
+    ],
+)
+def test_cut_to_last_sentence(text: str, kept: str) -> None:
+    assert cut_to_last_sentence(text) == kept
+
+
+@respx.mock
+def test_an_answer_cut_by_max_tokens_loses_its_unfinished_sentence(
+    http: httpx.Client, sleeps: Sleeps
+) -> None:
+    body = ok_body()
+    body["choices"] = [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Raise it [[1]]. Then set the"},
+            "finish_reason": "length",
+        }
+    ]
+    respx.post(URL).mock(return_value=httpx.Response(200, json=body))
+    assert make(http, sleeps).complete(MESSAGES).text == "Raise it [[1]]."
+
+
+@respx.mock
+def test_an_answer_cut_before_one_sentence_is_permanent(http: httpx.Client, sleeps: Sleeps) -> None:
+    body = ok_body()
+    body["choices"] = [
+        {"index": 0, "message": {"content": "The answer is that you"}, "finish_reason": "length"}
+    ]
+    route = respx.post(URL).mock(return_value=httpx.Response(200, json=body))
+    with pytest.raises(ValidationError, match="before one sentence"):
+        make(http, sleeps).complete(MESSAGES)
+    assert route.call_count == 1
