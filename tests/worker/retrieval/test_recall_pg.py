@@ -121,7 +121,7 @@ def test_filtered_queries_still_return_k_rows(conn: psycopg.Connection) -> None:
     assert len(off) < 25
     assert len(relaxed) == 25
     assert all(cats[c.post_id - 1] == 2 for c in relaxed)
-    cosines = [c.cosine for c in relaxed]
+    cosines = [c.cosine or 0.0 for c in relaxed]
     assert cosines == sorted(cosines, reverse=True)  # relaxed order re-sorted by distance in SQL
     # Nearly all of the exact top 25 among eligible posts (HNSW is approximate).
     exact = conn.execute(
@@ -138,9 +138,9 @@ def test_another_models_vectors_fail_loudly(conn: psycopg.Connection) -> None:
     insert_post(conn, 1, angle_vector(0))
     wrong_model = PostgresPostIndex(
         single_connection(conn),
-        RetrievalSettings(),
+        RetrievalSettings.model_validate({}),
         model="other-model",
-        dimension=8,  # type: ignore[call-arg]
+        dimension=8,
     )
     with pytest.raises(IndexMismatchError, match="other-model"):
         wrong_model.recall(angle_vector(0), 1)
@@ -167,7 +167,7 @@ def test_unreachable_database_is_a_transient_error() -> None:
     def refused() -> Iterator[psycopg.Connection]:
         yield psycopg.connect("postgresql://127.0.0.1:1/none", connect_timeout=1)
 
-    index = PostgresPostIndex(refused, RetrievalSettings(), model="m", dimension=8)  # type: ignore[call-arg]
+    index = PostgresPostIndex(refused, RetrievalSettings.model_validate({}), model="m", dimension=8)
     with pytest.raises(ServiceUnavailableError):
         index.is_empty()
 
