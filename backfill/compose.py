@@ -1,0 +1,71 @@
+"""Building a run's parts from settings: the source named on the command line and the embedder."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from backfill.sources import PostSource
+from worker.errors import ConfigError
+from worker.protocols import Embedder
+from worker.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def build_source(
+    kind: str, settings: Settings, *, path: Path | None = None, source_url: str | None = None
+) -> PostSource:
+    """The ``db``, ``api`` or ``file`` source."""
+    if kind == "file":
+        if path is None:
+            raise ConfigError("--source file needs --path DIR (a folder with topics/<id>.json)")
+        from backfill.sources.file import FileSource
+
+        return FileSource(path)
+    if kind == "db":
+        if not source_url:
+            raise ConfigError("--source db needs --database-url-source URL (the Discourse replica)")
+        from backfill.sources.db import DbSource
+
+        return DbSource(source_url, connect_timeout_s=settings.database.connect_timeout_s)
+    if kind == "api":
+        import httpx
+
+        from backfill.sources.api import ApiSource
+
+        http = httpx.Client(timeout=settings.discourse.timeout_s)
+        return ApiSource(http, settings.discourse)
+    raise ConfigError(f"unknown source {kind!r}: choose db, api or file")
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    """The configured embedder (``worker.clients.embeddings``); a local model is loaded from disk."""
+    import httpx
+
+    from worker.clients.embeddings import build_embedder as build
+
+    http = (
+        None
+        if settings.embeddings.provider == "local"
+        else httpx.Client(timeout=settings.embeddings.timeout_s)
+    )
+    return build(settings, http)
+
+
+def find_tokenizer(embedder: Embedder) -> Any | None:
+    """The model's own tokenizer when the embedder exposes it or its local files, for exact truncation."""
+    tokenizer = getattr(embedder, "tokenizer", None)
+    if tokenizer is not None:
+        return tokenizer
+    path = getattr(embedder, "path", None)
+    if path is None or not (Path(path) / "tokenizer.json").is_file():
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # an unusable tokenizer falls back to the documented heuristic
+        log.warning("no tokenizer from %s (%s); truncating by characters", path, type(exc).__name__)
+        return None

@@ -1,0 +1,193 @@
+"""Keeping the index fresh one post or topic at a time (webhooks: post_edited, post_destroyed,
+post_recovered, topic_edited; called by the dramatiq actors in ``worker.actors``).
+
+Same text recipe, same digest and same eligibility rule as the bulk backfill, so an event for a post
+whose text did not change costs no embedding. The forum is read through the ``Forum`` protocol; the
+category name comes from ``category_names`` (recorded by the backfill), restriction from
+``restricted_categories``.
+
+``deps`` is either an ``IndexDeps`` (tests, scripts) or the worker's ``Runtime`` (``forum``, ``pool``,
+``settings``, ``http``), from which an ``IndexDeps`` is built with a per-process embedder.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from backfill.embedding import embed_with_retry
+from backfill.prepare import PreparedPost, Preparer, Truncator
+from backfill.sources import SourcePost
+from backfill.store import IndexStore
+from worker.db.meta import check_index_meta
+from worker.domain import ForumPost, ForumTopic
+from worker.errors import NotFoundError
+from worker.protocols import Embedder, Forum
+
+log = logging.getLogger(__name__)
+REMOVING_EVENTS = frozenset({"post_destroyed"})
+
+
+@dataclass(frozen=True, slots=True)
+class IndexDeps:
+    """What an incremental update needs: the forum, the embedder and a database connection."""
+
+    forum: Forum
+    embedder: Embedder
+    conn: psycopg.Connection
+    max_tokens: int = 256
+    tokenizer: Any | None = None
+
+
+_EMBEDDERS: dict[tuple[str, str, int], Embedder] = {}
+_EMBEDDERS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _resolve(deps: Any) -> Iterator[IndexDeps]:
+    if isinstance(deps, IndexDeps):
+        yield deps
+        return
+    # The worker's Runtime: one embedder per process (a local model takes seconds to load).
+    settings = deps.settings
+    key = (settings.embeddings.provider, settings.embeddings.model, settings.embeddings.dimension)
+    with _EMBEDDERS_LOCK:
+        embedder = _EMBEDDERS.get(key)
+        if embedder is None:
+            from worker.clients.embeddings import build_embedder
+
+            embedder = build_embedder(settings, deps.http)
+            _EMBEDDERS[key] = embedder
+    with deps.pool.connection() as conn:
+        yield IndexDeps(deps.forum, embedder, conn, settings.embeddings.max_tokens)
+
+
+def _preparer(deps: IndexDeps) -> Preparer:
+    max_tokens = int(getattr(deps.embedder, "max_tokens", 0) or deps.max_tokens)
+    tokenizer = deps.tokenizer if deps.tokenizer is not None else getattr(deps.embedder, "tokenizer", None)
+    return Preparer(deps.embedder.model, Truncator(max_tokens, tokenizer))
+
+
+def _context(conn: psycopg.Connection, category_id: int | None) -> tuple[str | None, frozenset[int]]:
+    with conn.transaction():
+        rows = conn.execute("SELECT category_id FROM restricted_categories").fetchall()
+        name_row = (
+            conn.execute("SELECT name FROM category_names WHERE category_id = %s", (category_id,)).fetchone()
+            if category_id is not None
+            else None
+        )
+    return (str(name_row[0]) if name_row else None), frozenset(int(r[0]) for r in rows)
+
+
+def to_source_post(post: ForumPost, topic: ForumTopic, category_name: str | None) -> SourcePost:
+    """A forum post (and its topic) in the backfill's shape."""
+    return SourcePost(
+        post_id=post.id,
+        topic_id=topic.id,
+        post_number=post.post_number,
+        topic_slug=topic.slug or post.topic_slug,
+        topic_title=topic.title or post.topic_title,
+        category_id=topic.category_id,
+        category_name=category_name,
+        tags=topic.tags,
+        cooked=post.cooked,
+        raw=post.raw,
+        post_type=post.post_type,
+        hidden=post.hidden,
+        deleted=post.deleted,
+        archetype=topic.archetype,
+        topic_visible=topic.visible,
+        topic_deleted=topic.deleted,
+        username=post.username,
+        updated_at=post.updated_at,
+        reply_to_post_number=post.reply_to_post_number,
+    )
+
+
+def _embed_and_write(deps: IndexDeps, store: IndexStore, changed: list[PreparedPost]) -> int:
+    if not changed:
+        return 0
+    vectors = embed_with_retry(deps.embedder, [p.text for p in changed])
+    return store.upsert_rows(changed, np.asarray(vectors))
+
+
+def remove_post(deps: Any, post_id: int) -> bool:
+    """Drop one post from the index; True when it was there."""
+    with _resolve(deps) as d:
+        removed = IndexStore(d.conn, d.embedder.model).delete_posts([post_id]) > 0
+    log.info("post removed from the index" if removed else "post was not indexed", extra={"post_id": post_id})
+    return removed
+
+
+def refresh_post(deps: Any, post_id: int, event: str = "post_edited") -> str:
+    """Bring one post's row up to date: ``embedded``, ``unchanged``, ``removed`` or ``absent``."""
+    if event in REMOVING_EVENTS:
+        return "removed" if remove_post(deps, post_id) else "absent"
+    with _resolve(deps) as d:
+        check_index_meta(d.conn, d.embedder.model, d.embedder.dimension)
+        d.conn.rollback()
+        store = IndexStore(d.conn, d.embedder.model)
+        try:
+            post = d.forum.get_post(post_id)
+            topic = d.forum.get_topic(post.topic_id)
+        except NotFoundError:
+            gone = store.delete_posts([post_id])
+            return "removed" if gone else "absent"
+        name, restricted = _context(d.conn, topic.category_id)
+        prepared = _preparer(d).prepare(to_source_post(post, topic, name), restricted)
+        if isinstance(prepared, str):
+            gone = store.delete_posts([post_id])
+            log.info("post not eligible (%s)", prepared, extra={"post_id": post_id})
+            return "removed" if gone else "absent"
+        if store.digests_of([post_id]).get(post_id) == prepared.digest:
+            return "unchanged"
+        _embed_and_write(d, store, [prepared])
+    log.info("post re-embedded", extra={"post_id": post_id, "event": event})
+    return "embedded"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRefresh:
+    embedded: int
+    unchanged: int
+    removed: int
+
+
+def refresh_topic(deps: Any, topic_id: int, event: str = "topic_edited") -> TopicRefresh:
+    """Re-check every post of a topic (a new title, category or tags changes each post's text)."""
+    with _resolve(deps) as d:
+        check_index_meta(d.conn, d.embedder.model, d.embedder.dimension)
+        d.conn.rollback()
+        store = IndexStore(d.conn, d.embedder.model)
+        try:
+            topic = d.forum.get_topic(topic_id, all_posts=True)
+        except NotFoundError:
+            return TopicRefresh(0, 0, store.delete_topic_except(topic_id, ()))
+        name, restricted = _context(d.conn, topic.category_id)
+        preparer = _preparer(d)
+        eligible: list[PreparedPost] = []
+        for post in topic.posts:
+            prepared = preparer.prepare(to_source_post(post, topic, name), restricted)
+            if not isinstance(prepared, str):
+                eligible.append(prepared)
+        known = store.digests_of(p.post.post_id for p in eligible)
+        changed = [p for p in eligible if known.get(p.post.post_id) != p.digest]
+        for start in range(0, len(changed), 32):
+            _embed_and_write(d, store, changed[start : start + 32])
+        removed = store.delete_topic_except(topic_id, [p.post.post_id for p in eligible])
+    result = TopicRefresh(len(changed), len(eligible) - len(changed), removed)
+    log.info(
+        "topic refreshed: %d embedded, %d unchanged, %d removed",
+        result.embedded,
+        result.unchanged,
+        result.removed,
+        extra={"topic_id": topic_id, "event": event},
+    )
+    return result

@@ -1,0 +1,346 @@
+"""The bulk backfill job: source → prepare → digest check → embed (thread pool) → COPY upsert → checkpoint.
+
+Reading and preparing the next page overlaps with embedding the previous ones; pages are committed in
+source order, each with its checkpoint, so an interrupted run resumes after the last committed page and
+re-embeds nothing that was committed (and, thanks to the digests, nothing that was written at all).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from backfill.embedding import EmbedResult, RetryPolicy, embed_batch
+from backfill.hnsw import build_index, drop_index, index_state
+from backfill.lock import BackfillLock
+from backfill.prepare import PreparedPost, Preparer, Truncator
+from backfill.progress import Progress
+from backfill.sources import PostSource, SourceBatch
+from backfill.store import IndexStore
+from worker.db.connect import connect
+from worker.db.meta import check_index_meta, read_index_meta
+from worker.errors import IndexMismatchError
+from worker.protocols import Embedder
+from worker.settings import DatabaseSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillOptions:
+    reindex: bool = False
+    limit: int | None = None
+    page_size: int = 1000
+    batch_size: int = 32
+    concurrency: int = 2
+    max_tokens: int = 256
+    progress: bool | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What one run did. ``timings`` splits the wall time by stage (seconds)."""
+
+    source: str
+    status: str
+    seen: int
+    embedded: int
+    skipped: int
+    removed: int
+    failed: int
+    ineligible: int
+    duration_s: float
+    resumed_from: int | None
+    index_build_s: float
+    reasons: dict[str, int]
+    timings: dict[str, float]
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def line(self) -> str:
+        return (
+            f"backfill {self.source}: {self.status}; seen {self.seen}, embedded {self.embedded}, "
+            f"skipped {self.skipped} (unchanged), removed {self.removed}, failed {self.failed}, "
+            f"ineligible {self.ineligible}; {self.duration_s:.1f} s"
+            + (f" (index build {self.index_build_s:.1f} s)" if self.index_build_s else "")
+        )
+
+
+@dataclass(slots=True)
+class _Page:
+    batch: SourceBatch
+    keep: list[int]
+    to_embed: list[PreparedPost]
+    futures: list[tuple[int, Future[EmbedResult]]]
+    skipped: int
+    reasons: Counter[str]
+
+
+class _Run:
+    def __init__(
+        self,
+        store: IndexStore,
+        source: PostSource,
+        embedder: Embedder,
+        options: BackfillOptions,
+        restricted: frozenset[int],
+        sleep: Callable[[float], None],
+        tokenizer: Any | None,
+    ) -> None:
+        self.store = store
+        self.source = source
+        self.embedder = embedder
+        self.options = options
+        self.restricted = restricted
+        self.sleep = sleep
+        max_tokens = int(getattr(embedder, "max_tokens", 0) or options.max_tokens)
+        tokenizer = tokenizer if tokenizer is not None else getattr(embedder, "tokenizer", None)
+        self.preparer = Preparer(embedder.model, Truncator(max_tokens, tokenizer))
+        self.counts: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()
+        self.timings: dict[str, float] = dict.fromkeys(
+            ("read", "prepare", "digest_lookup", "embed_wait", "write", "index_build"), 0.0
+        )
+        self.exhausted = False
+        self.category_names: dict[int, str] = {}
+
+    def stats(self) -> dict[str, float]:
+        return {k: float(self.counts[k]) for k in ("seen", "embedded", "skipped", "removed", "failed")}
+
+    def plan(self, batch: SourceBatch, pool: ThreadPoolExecutor) -> _Page:
+        t0 = time.perf_counter()
+        existing = self.store.digests(batch.lo, batch.hi)
+        t1 = time.perf_counter()
+        page = _Page(batch, [], [], [], 0, Counter())
+        names: dict[int, str] = {}
+        for post in batch.posts:
+            cid, cname = post.category_id, post.category_name
+            if cid is not None and cname and self.category_names.get(cid) != cname:
+                names[cid] = cname
+            prepared = self.preparer.prepare(post, self.restricted)
+            if isinstance(prepared, str):
+                page.reasons[prepared] += 1
+                continue
+            page.keep.append(post.post_id)
+            if existing.get(post.post_id) == prepared.digest:
+                page.skipped += 1
+            else:
+                page.to_embed.append(prepared)
+        if names:
+            self.store.record_category_names(names)
+            self.category_names.update(names)
+        size = self.options.batch_size
+        for start in range(0, len(page.to_embed), size):
+            texts = [p.text for p in page.to_embed[start : start + size]]
+            fut = pool.submit(embed_batch, self.embedder, texts, policy=self.options.retry, sleep=self.sleep)
+            page.futures.append((start, fut))
+        self.timings["digest_lookup"] += t1 - t0
+        self.timings["prepare"] += time.perf_counter() - t1
+        return page
+
+    def commit(
+        self, page: _Page, progress: Progress | None, *, checkpoint: bool = True, partial: bool = False
+    ) -> None:
+        """Write a page; ``partial`` writes only its finished embeddings (no sweep, no checkpoint)."""
+        t0 = time.perf_counter()
+        ok_posts: list[PreparedPost] = []
+        blocks = []
+        failed = 0
+        for start, fut in page.futures:
+            if partial and not _succeeded(fut):
+                continue
+            result = fut.result()
+            failed += result.failed
+            ok_posts.extend(page.to_embed[start + i] for i in result.ok)
+            blocks.append(result.vectors)
+        t1 = time.perf_counter()
+        vectors = np.concatenate(blocks) if blocks else None
+        batch = page.batch
+        removed = self.store.write_batch(
+            ok_posts,
+            vectors,
+            lo=batch.lo if not partial else 1,
+            hi=batch.hi if not partial else 0,  # an empty range: nothing swept
+            keep=page.keep,
+            source_key=self.source.key,
+            cursor=batch.cursor if checkpoint and not partial else None,
+            stats={**self.stats(), "seen": self.counts["seen"] + len(batch.posts)},
+        )
+        if partial:
+            self.counts.update(embedded=len(ok_posts))
+            return
+        self.timings["embed_wait"] += t1 - t0
+        self.timings["write"] += time.perf_counter() - t1
+        self.counts.update(
+            seen=len(batch.posts),
+            embedded=len(ok_posts),
+            skipped=page.skipped,
+            removed=removed,
+            failed=failed,
+            ineligible=sum(page.reasons.values()),
+        )
+        self.reasons.update(page.reasons)
+        if progress is not None:
+            progress.update(
+                len(batch.posts), embedded=self.counts["embedded"], skipped=self.counts["skipped"]
+            )
+
+    def batches(self, cursor: int | None) -> Iterator[SourceBatch]:
+        """The source's batches, cut at ``--limit``; timed as the read stage."""
+        left = self.options.limit
+        it = iter(self.source.read(cursor, batch_size=self.options.page_size))
+        while left is None or left > 0:
+            t0 = time.perf_counter()
+            batch = next(it, None)
+            self.timings["read"] += time.perf_counter() - t0
+            if batch is None:
+                self.exhausted = True
+                return
+            if left is not None:
+                if len(batch.posts) > left:
+                    batch = _cut(batch, left)
+                left -= len(batch.posts)
+            yield batch
+
+    def pump(self, cursor: int | None, progress: Progress | None) -> None:
+        pending: deque[_Page] = deque()
+        pool = ThreadPoolExecutor(max_workers=self.options.concurrency, thread_name_prefix="embed")
+        try:
+            for batch in self.batches(cursor):
+                pending.append(self.plan(batch, pool))
+                # Keep about one page of embedding requests queued behind the one being committed.
+                while pending and (len(pending) > 2 or all(f.done() for _s, f in pending[0].futures)):
+                    self.commit(pending[0], progress)
+                    pending.popleft()
+            while pending:
+                self.commit(pending[0], progress)
+                pending.popleft()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            self._salvage(pending)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+
+    def _salvage(self, pending: deque[_Page]) -> None:
+        """After a failure, write every page whose embeddings finished, so they are never paid twice."""
+        contiguous = True
+        for page in pending:
+            done = all(_succeeded(f) for _s, f in page.futures)
+            try:
+                self.commit(page, None, checkpoint=contiguous, partial=not done)
+            except Exception:  # the original failure matters more
+                log.exception("could not save a finished page after the failure")
+                return
+            contiguous = contiguous and done
+
+
+def _succeeded(fut: Future[EmbedResult]) -> bool:
+    return fut.done() and not fut.cancelled() and fut.exception() is None
+
+
+def _cut(batch: SourceBatch, n: int) -> SourceBatch:
+    posts = batch.posts[:n]
+    ids = [p.post_id for p in posts]
+    if batch.cursor == batch.hi:  # ascending: the page now ends at its last kept post
+        return SourceBatch(posts, batch.lo, max(ids), max(ids))
+    return SourceBatch(posts, min(ids), batch.hi, min(ids))
+
+
+def run_backfill(
+    database: DatabaseSettings,
+    source: PostSource,
+    embedder: Embedder,
+    options: BackfillOptions = BackfillOptions(),
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    tokenizer: Any | None = None,
+) -> Summary:
+    """One backfill run of ``source`` into the post index (see docs/backfill.md)."""
+    start = time.perf_counter()
+    with BackfillLock(database.url, source.key, exclusive=options.reindex), connect(database) as conn:
+        store = IndexStore(conn, embedder.model)
+        if options.reindex:
+            meta = read_index_meta(conn)
+            log.info(
+                "reindex: %s (%d-d) -> %s (%d-d)",
+                meta.model,
+                meta.dimension,
+                embedder.model,
+                embedder.dimension,
+            )
+            store.reindex(embedder.model, embedder.dimension, meta.strategy)
+            conn.commit()
+        else:
+            try:
+                check_index_meta(conn, embedder.model, embedder.dimension)
+            finally:
+                conn.rollback()
+        # Restricted categories: the source's current list when it knows it, else the last one recorded.
+        known = source.restricted_categories()
+        if known is not None:
+            store.replace_restricted(known)
+            restricted = known
+        else:
+            with conn.transaction():
+                rows = conn.execute("SELECT category_id FROM restricted_categories").fetchall()
+            restricted = frozenset(int(r[0]) for r in rows)
+
+        checkpoint = store.load_checkpoint(source.key)
+        resume = checkpoint is not None and checkpoint.status != "done" and checkpoint.cursor is not None
+        cursor = checkpoint.cursor if resume and checkpoint else None
+        store.start_run(source.key, fresh=not resume)
+        if resume:
+            log.info("resuming %s after post %s", source.key, cursor)
+
+        indexed = store.count()
+        live = indexed > 0
+        remaining = source.estimate(cursor)
+        bulk = not live or (remaining is not None and remaining > indexed)
+        if bulk and index_state(conn) != "missing":
+            drop_index(conn)
+
+        run = _Run(store, source, embedder, options, restricted, sleep, tokenizer)
+        status = "failed"
+        build_s = 0.0
+        try:
+            with Progress(remaining, interactive=options.progress, label=source.key) as progress:
+                run.pump(cursor, progress)
+            status = "done" if run.exhausted else "idle"
+            t0 = time.perf_counter()
+            build_s = build_index(database.url, concurrently=live)
+            run.timings["index_build"] += time.perf_counter() - t0
+        finally:
+            if status == "failed" and index_state(conn) != "valid":
+                log.warning("the HNSW index is missing until the next backfill run completes")
+            summary = Summary(
+                source=source.key,
+                status=status,
+                seen=run.counts["seen"],
+                embedded=run.counts["embedded"],
+                skipped=run.counts["skipped"],
+                removed=run.counts["removed"],
+                failed=run.counts["failed"],
+                ineligible=run.counts["ineligible"],
+                duration_s=round(time.perf_counter() - start, 3),
+                resumed_from=cursor,
+                index_build_s=round(build_s, 3),
+                reasons=dict(run.reasons),
+                timings={k: round(v, 3) for k, v in run.timings.items()},
+            )
+            conn.rollback()
+            store.finish_run(source.key, status, summary.as_dict())
+    log.info("%s", summary.line())
+    return summary
+
+
+__all__ = ["BackfillOptions", "IndexMismatchError", "Summary", "run_backfill"]

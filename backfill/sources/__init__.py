@@ -1,0 +1,74 @@
+"""Where posts come from: one protocol, three sources (``db``, ``api``, ``file``).
+
+A source yields ``SourceBatch``es walking post ids in one direction (``db`` and ``file`` ascending, ``api``
+descending, as Discourse's ``/posts.json?before=`` pages). Each batch *covers* an id range: every post
+the source has with an id in ``[lo, hi]`` is in that batch, so anything the index holds in that range
+and the batch lacks has vanished from the forum (or from what the source may show) and is removed: the
+range sweep. ``cursor`` is the batch's resume token (``hi`` going up, ``lo`` going down); the last one
+committed is the checkpoint, and ``read(cursor)`` resumes strictly past it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePost:
+    """One post with everything text preparation and eligibility need."""
+
+    post_id: int
+    topic_id: int
+    post_number: int
+    topic_slug: str
+    topic_title: str
+    category_id: int | None
+    category_name: str | None
+    tags: tuple[str, ...]
+    cooked: str
+    raw: str | None = None
+    post_type: int = 1
+    hidden: bool = False
+    deleted: bool = False
+    user_deleted: bool = False
+    archetype: str = "regular"
+    topic_visible: bool = True
+    topic_deleted: bool = False
+    category_read_restricted: bool = False
+    username: str | None = None
+    updated_at: str | None = None
+    reply_to_post_number: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceBatch:
+    """Posts whose ids lie in ``[lo, hi]``, and all the source has in that range."""
+
+    posts: tuple[SourcePost, ...]
+    lo: int
+    hi: int
+    cursor: int
+
+
+@runtime_checkable
+class PostSource(Protocol):
+    """A forum's posts, walked by id in one direction, in batches that cover id ranges."""
+
+    @property
+    def key(self) -> str:
+        """Checkpoint key in ``backfill_state`` (``db``, ``api``, ``file:<path>``)."""
+        ...
+
+    def read(self, cursor: int | None, *, batch_size: int) -> Iterator[SourceBatch]:
+        """Batches of posts past ``cursor`` (from the start when None)."""
+        ...
+
+    def estimate(self, cursor: int | None) -> int | None:
+        """How many posts remain past ``cursor`` (for the ETA), or None when unknown."""
+        ...
+
+    def restricted_categories(self) -> frozenset[int] | None:
+        """The ids of read-restricted categories, or None when the source cannot know them."""
+        ...

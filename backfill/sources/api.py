@@ -1,0 +1,181 @@
+"""Posts from the Discourse REST API, for hosted forums without a database replica.
+
+``GET /posts.json?before=N`` lists the latest posts with ids below N (newest first), so this source walks
+ids DOWNWARD: each page covers ``[lowest id on the page, previous lowest - 1]`` and its cursor is that
+lowest id. Discourse leaves out of that list what the API user may not see or what is deleted, hidden
+or in a private message, and the range sweep removes such posts from the index. Tags, the topic's
+archetype and visibility come from ``GET /t/{id}.json`` (cached per topic); category names and
+``read_restricted`` from ``GET /site.json``. Requests are paced to ``requests_per_minute`` and a 429 is
+retried after its ``Retry-After`` (or ``extras.wait_seconds``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+
+from backfill.sources import SourceBatch, SourcePost
+from backfill.sources.file import tag_names
+from worker.clients.discourse import map_error
+from worker.errors import RateLimitedError, ServiceUnavailableError, TransientError
+from worker.settings import DiscourseSettings
+
+log = logging.getLogger(__name__)
+SERVICE = "discourse"
+
+
+class ApiSource:
+    """Discourse over HTTP, through an injected ``httpx.Client``."""
+
+    def __init__(
+        self,
+        http: httpx.Client,
+        settings: DiscourseSettings,
+        *,
+        requests_per_minute: float = 60.0,
+        max_retries: int = 5,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.http = http
+        self.settings = settings
+        self.interval = 60.0 / requests_per_minute
+        self.max_retries = max_retries
+        self.sleep = sleep
+        self.clock = clock
+        self._next_at = 0.0
+        self._topics: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._categories: dict[int, tuple[str | None, bool]] | None = None
+
+    @property
+    def key(self) -> str:
+        return "api"
+
+    def restricted_categories(self) -> frozenset[int] | None:
+        return frozenset(cid for cid, (_n, restricted) in self._site_categories().items() if restricted)
+
+    def estimate(self, cursor: int | None) -> int | None:
+        """Approximate: post ids left below the cursor (ids are dense on most forums)."""
+        if cursor is not None:
+            return max(0, cursor - 1)
+        posts = self._get("/posts.json").get("latest_posts") or []
+        return max((int(p["id"]) for p in posts), default=0)
+
+    def read(self, cursor: int | None, *, batch_size: int) -> Iterator[SourceBatch]:
+        # batch_size is Discourse's page (50 posts); the pipeline's page is what Discourse returns.
+        hi: int | None = cursor - 1 if cursor is not None else None
+        while hi is None or hi >= 1:
+            params = {"before": hi + 1} if hi is not None else None
+            items = self._get("/posts.json", params).get("latest_posts") or []
+            items = [p for p in items if hi is None or int(p["id"]) <= hi]
+            if not items:
+                if hi is not None:  # nothing left below: the rest of the range is empty
+                    yield SourceBatch((), 1, hi, 1)
+                return
+            posts = tuple(sorted((self._post(p) for p in items), key=lambda p: p.post_id))
+            lo = posts[0].post_id
+            top = hi if hi is not None else posts[-1].post_id
+            yield SourceBatch(posts, lo, top, lo)
+            hi = lo - 1
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _post(self, p: dict[str, Any]) -> SourcePost:
+        topic = self._topic(int(p["topic_id"]))
+        category_id = p.get("category_id", topic.get("category_id"))
+        name, restricted = (
+            self._site_categories().get(int(category_id), (None, False)) if category_id else (None, False)
+        )
+        return SourcePost(
+            post_id=int(p["id"]),
+            topic_id=int(p["topic_id"]),
+            post_number=int(p["post_number"]),
+            topic_slug=str(p.get("topic_slug") or topic.get("slug") or ""),
+            topic_title=str(p.get("topic_title") or topic.get("title") or ""),
+            category_id=int(category_id) if category_id is not None else None,
+            category_name=name,
+            tags=tag_names(topic.get("tags")),
+            cooked=str(p.get("cooked") or ""),
+            raw=p.get("raw"),
+            post_type=int(p.get("post_type") or 1),
+            hidden=bool(p.get("hidden")),
+            deleted=p.get("deleted_at") is not None,
+            user_deleted=bool(p.get("user_deleted")),
+            archetype=str(topic.get("archetype") or "regular"),
+            topic_visible=bool(topic.get("visible", True)),
+            topic_deleted=topic.get("deleted_at") is not None,
+            category_read_restricted=restricted,
+            username=p.get("username"),
+            updated_at=p.get("updated_at"),
+            reply_to_post_number=p.get("reply_to_post_number"),
+        )
+
+    def _topic(self, topic_id: int) -> dict[str, Any]:
+        topic = self._topics.get(topic_id)
+        if topic is None:
+            data = self._get(f"/t/{topic_id}.json")
+            topic = {
+                k: data.get(k)
+                for k in ("id", "title", "slug", "category_id", "archetype", "visible", "deleted_at", "tags")
+            }
+            self._topics[topic_id] = topic
+            if len(self._topics) > 1024:
+                self._topics.popitem(last=False)
+        return topic
+
+    def _site_categories(self) -> dict[int, tuple[str | None, bool]]:
+        if self._categories is None:
+            cats = self._get("/site.json").get("categories") or []
+            self._categories = {int(c["id"]): (c.get("name"), bool(c.get("read_restricted"))) for c in cats}
+        return self._categories
+
+    def _get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One GET, paced, with 429 and 5xx retried (honouring the server's wait)."""
+        for attempt in range(self.max_retries + 1):
+            now = self.clock()
+            if now < self._next_at:
+                self.sleep(self._next_at - now)
+            self._next_at = max(now, self._next_at) + self.interval
+            try:
+                return self._request(path, params)
+            except TransientError as exc:
+                if attempt >= self.max_retries:
+                    raise
+                wait = exc.retry_after if exc.retry_after is not None else min(60.0, 2.0**attempt)
+                log.warning("%s; retrying in %.1f s", exc, wait)
+                self.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _request(self, path: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        headers = {
+            "Api-Key": self.settings.api_key.get_secret_value(),
+            "Api-Username": self.settings.api_username,
+            "Accept": "application/json",
+        }
+        try:
+            response = self.http.get(
+                self.settings.base_url + path, params=params, headers=headers, timeout=self.settings.timeout_s
+            )
+        except httpx.TimeoutException as exc:
+            raise ServiceUnavailableError(f"GET {path} timed out", service=SERVICE) from exc
+        except httpx.TransportError as exc:
+            raise ServiceUnavailableError(
+                f"GET {path} failed: {type(exc).__name__}", service=SERVICE
+            ) from exc
+        if response.status_code >= 300:
+            raise map_error("GET", path, response)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise ServiceUnavailableError(f"GET {path}: body is not JSON", service=SERVICE) from exc
+        if not isinstance(data, dict):
+            raise ServiceUnavailableError(f"GET {path}: unexpected JSON", service=SERVICE)
+        return data
+
+
+__all__ = ["ApiSource", "RateLimitedError"]

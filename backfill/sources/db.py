@@ -1,0 +1,135 @@
+"""Posts from a read-only Discourse PostgreSQL replica.
+
+Keyset pagination by ``posts.id`` (``WHERE p.id > %s ORDER BY p.id LIMIT n``: constant cost per page,
+unlike OFFSET). Eligibility is decided in SQL (the same rule as ``backfill.prepare.ineligibility``): the
+text columns and the tag list are fetched for eligible posts only, while every post of the range comes
+back with its flags so the pipeline removes the ineligible ones from the index. The connection is
+read-only (``default_transaction_read_only``) and only reads the columns docs/backfill.md lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from backfill.sources import SourceBatch, SourcePost
+from worker.db.connect import first_line
+from worker.errors import ConfigError, ServiceUnavailableError
+
+ELIGIBLE_SQL = """
+    p.post_type = 1 AND p.deleted_at IS NULL AND NOT p.hidden AND NOT p.user_deleted
+    AND t.id IS NOT NULL AND t.archetype = 'regular' AND t.visible AND t.deleted_at IS NULL
+    AND NOT COALESCE(c.read_restricted, false) AND NOT COALESCE(pc.read_restricted, false)
+"""
+
+# Built from constants only (no input): the f-string just shares the eligibility rule.
+PAGE_SQL = f"""
+SELECT p.id, p.topic_id, p.post_number, COALESCE(t.slug, ''), COALESCE(t.title, ''), t.category_id, c.name,
+       CASE WHEN e.eligible THEN ARRAY(
+           SELECT tg.name FROM topic_tags tt JOIN tags tg ON tg.id = tt.tag_id
+           WHERE tt.topic_id = p.topic_id ORDER BY tg.name) END,
+       CASE WHEN e.eligible THEN p.cooked END,
+       CASE WHEN e.eligible AND COALESCE(p.cooked, '') = '' THEN p.raw END,
+       p.post_type, p.hidden, p.deleted_at IS NOT NULL, p.user_deleted,
+       COALESCE(t.archetype, 'regular'), COALESCE(t.visible, false), t.id IS NULL OR t.deleted_at IS NOT NULL,
+       COALESCE(c.read_restricted, false) OR COALESCE(pc.read_restricted, false),
+       u.username, p.updated_at, p.reply_to_post_number
+FROM posts p
+LEFT JOIN topics t ON t.id = p.topic_id
+LEFT JOIN categories c ON c.id = t.category_id
+LEFT JOIN categories pc ON pc.id = c.parent_category_id
+LEFT JOIN users u ON u.id = p.user_id
+CROSS JOIN LATERAL (SELECT {ELIGIBLE_SQL} AS eligible) e
+WHERE p.id > %s
+ORDER BY p.id
+LIMIT %s
+"""  # noqa: S608
+
+
+class DbSource:
+    """A Discourse database replica, read with keyset pagination."""
+
+    def __init__(self, url: str, *, connect_timeout_s: float = 5.0) -> None:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError("--database-url-source must be a postgresql:// URL of the Discourse replica")
+        self.url = url
+        self.connect_timeout_s = connect_timeout_s
+        self._conn: psycopg.Connection | None = None
+
+    @property
+    def key(self) -> str:
+        return "db"
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            try:
+                conn = psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout_s))
+                )
+            except psycopg.OperationalError as exc:
+                raise ServiceUnavailableError(
+                    f"cannot connect to the Discourse replica: {first_line(exc)}", service="discourse-db"
+                ) from exc
+            conn.execute("SET default_transaction_read_only = on")
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def restricted_categories(self) -> frozenset[int] | None:
+        rows = self._connection().execute("SELECT id FROM categories WHERE read_restricted").fetchall()
+        return frozenset(int(r[0]) for r in rows)
+
+    def estimate(self, cursor: int | None) -> int | None:
+        sql = "SELECT count(*) FROM posts WHERE id > %s"
+        row = self._connection().execute(sql, (cursor or 0,)).fetchone()
+        return int(row[0]) if row else None
+
+    def read(self, cursor: int | None, *, batch_size: int) -> Iterator[SourceBatch]:
+        after = cursor if cursor is not None else 0
+        while True:
+            rows = self._connection().execute(PAGE_SQL, (after, batch_size)).fetchall()
+            if not rows:
+                return
+            posts = tuple(_post(r) for r in rows)
+            hi = posts[-1].post_id
+            yield SourceBatch(posts, after + 1, hi, hi)
+            after = hi
+            if len(rows) < batch_size:
+                return
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if isinstance(value, datetime) else (str(value) if value else None)
+
+
+def _post(r: tuple[Any, ...]) -> SourcePost:
+    return SourcePost(
+        post_id=int(r[0]),
+        topic_id=int(r[1]),
+        post_number=int(r[2]),
+        topic_slug=r[3],
+        topic_title=r[4],
+        category_id=int(r[5]) if r[5] is not None else None,
+        category_name=r[6],
+        tags=tuple(r[7] or ()),
+        cooked=r[8] or "",
+        raw=r[9],
+        post_type=int(r[10]),
+        hidden=bool(r[11]),
+        deleted=bool(r[12]),
+        user_deleted=bool(r[13]),
+        archetype=r[14],
+        topic_visible=bool(r[15]),
+        topic_deleted=bool(r[16]),
+        category_read_restricted=bool(r[17]),
+        username=r[18],
+        updated_at=_iso(r[19]),
+        reply_to_post_number=r[20],
+    )

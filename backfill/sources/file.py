@@ -1,0 +1,163 @@
+"""Posts from a forum export folder: ``topics/<id>.json`` as Discourse serves ``GET /t/{id}.json``.
+
+Optional beside it: ``raw/<id>.md`` (``GET /raw/{id}``: each post's Markdown, used when a post has no
+cooked HTML) and ``categories.json`` (``GET /categories.json`` or ``/site.json``: category names and
+``read_restricted``). Without categories the text carries no category name (none is made up) and the
+restricted list is left as it is.
+
+Posts are walked in ascending id order across topics: a first pass maps post ids to topic files, and
+topics are then parsed again on demand through a small cache, so memory holds the id map, not the forum.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from backfill.sources import SourceBatch, SourcePost
+from worker.errors import ConfigError
+
+_RAW_SPLIT = re.compile(r"\n-{10,}\n")
+_RAW_HEAD = re.compile(r"^[^\n|]+\|[^\n|]+\|\s*#(\d+)\s*\n")
+
+
+class FileSource:
+    """A folder of ``/t/{id}.json`` files."""
+
+    def __init__(self, path: Path, *, cache_topics: int = 256) -> None:
+        self.path = path.resolve()
+        self.topics_dir = self.path / "topics"
+        if not self.topics_dir.is_dir():
+            raise ConfigError(f"{self.path} has no topics/ folder of /t/{{id}}.json files")
+        self._cache: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._cache_size = cache_topics
+        self._ids: list[int] | None = None
+        self._topic_of: dict[int, int] = {}
+        self._categories = self._load_categories()
+
+    @property
+    def key(self) -> str:
+        return f"file:{self.path}"
+
+    def restricted_categories(self) -> frozenset[int] | None:
+        if self._categories is None:
+            return None
+        return frozenset(cid for cid, (_name, restricted) in self._categories.items() if restricted)
+
+    def estimate(self, cursor: int | None) -> int | None:
+        ids = self._post_ids()
+        return len(ids) - (bisect.bisect_right(ids, cursor) if cursor is not None else 0)
+
+    def read(self, cursor: int | None, *, batch_size: int) -> Iterator[SourceBatch]:
+        ids = self._post_ids()
+        start = bisect.bisect_right(ids, cursor) if cursor is not None else 0
+        lo = (cursor + 1) if cursor is not None else 0
+        for i in range(start, len(ids), batch_size):
+            chunk = ids[i : i + batch_size]
+            posts = tuple(self._post(pid) for pid in chunk)
+            yield SourceBatch(posts, lo, chunk[-1], chunk[-1])
+            lo = chunk[-1] + 1
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _post_ids(self) -> list[int]:
+        if self._ids is None:
+            for file in self.topics_dir.glob("*.json"):
+                topic = _read_json(file)
+                tid = int(topic["id"])
+                for post in topic.get("post_stream", {}).get("posts", []):
+                    self._topic_of[int(post["id"])] = tid
+            self._ids = sorted(self._topic_of)
+        return self._ids
+
+    def _topic(self, topic_id: int) -> dict[str, Any]:
+        topic = self._cache.get(topic_id)
+        if topic is not None:
+            self._cache.move_to_end(topic_id)
+            return topic
+        topic = _read_json(self.topics_dir / f"{topic_id}.json")
+        topic["_posts"] = {int(p["id"]): p for p in topic.get("post_stream", {}).get("posts", [])}
+        topic["_raw"] = self._load_raw(topic_id)
+        self._cache[topic_id] = topic
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return topic
+
+    def _post(self, post_id: int) -> SourcePost:
+        topic = self._topic(self._topic_of[post_id])
+        p = topic["_posts"][post_id]
+        category_id = topic.get("category_id")
+        name, restricted = (None, False)
+        if self._categories is not None and category_id is not None:
+            name, restricted = self._categories.get(int(category_id), (None, False))
+        return SourcePost(
+            post_id=post_id,
+            topic_id=int(topic["id"]),
+            post_number=int(p["post_number"]),
+            topic_slug=str(topic.get("slug") or ""),
+            topic_title=str(topic.get("title") or ""),
+            category_id=int(category_id) if category_id is not None else None,
+            category_name=name,
+            tags=tag_names(topic.get("tags")),
+            cooked=str(p.get("cooked") or ""),
+            raw=topic["_raw"].get(int(p["post_number"])),
+            post_type=int(p.get("post_type") or 1),
+            hidden=bool(p.get("hidden")),
+            deleted=p.get("deleted_at") is not None,
+            user_deleted=bool(p.get("user_deleted")),
+            archetype=str(topic.get("archetype") or "regular"),
+            topic_visible=bool(topic.get("visible", True)),
+            topic_deleted=topic.get("deleted_at") is not None,
+            category_read_restricted=restricted,
+            username=p.get("username"),
+            updated_at=p.get("updated_at"),
+            reply_to_post_number=p.get("reply_to_post_number"),
+        )
+
+    def _load_raw(self, topic_id: int) -> dict[int, str]:
+        file = self.path / "raw" / f"{topic_id}.md"
+        if not file.is_file():
+            return {}
+        return parse_raw(file.read_text("utf-8", errors="replace"))
+
+    def _load_categories(self) -> dict[int, tuple[str | None, bool]] | None:
+        file = self.path / "categories.json"
+        if not file.is_file():
+            return None
+        data = _read_json(file)
+        items = data.get("category_list", {}).get("categories") or data.get("categories") or []
+        return {int(c["id"]): (c.get("name"), bool(c.get("read_restricted"))) for c in items}
+
+
+def parse_raw(text: str) -> dict[int, str]:
+    """``/raw/{topic_id}`` text → {post_number: raw Markdown}."""
+    out: dict[int, str] = {}
+    for section in _RAW_SPLIT.split("\n" + text):
+        section = section.lstrip("\n")
+        m = _RAW_HEAD.match(section)
+        if m:
+            out[int(m.group(1))] = section[m.end() :].strip()
+    return out
+
+
+def tag_names(tags: object) -> tuple[str, ...]:
+    """Tags as plain names (Discourse sends strings, or ``{"name": …}`` objects since 3.2)."""
+    if not isinstance(tags, list):
+        return ()
+    names = [t.get("name") if isinstance(t, dict) else t for t in tags]
+    return tuple(str(n) for n in names if n)
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {file}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file} is not a JSON object")
+    return data

@@ -1,0 +1,330 @@
+"""The post index side of the backfill: digests, binary-COPY upserts, the range sweep, checkpoints.
+
+Every batch is written in ONE transaction: COPY (binary) into a session TEMP staging table, one
+``INSERT … ON CONFLICT (post_id) DO UPDATE`` into ``post_index``, the deletions, and the checkpoint in
+``backfill_state``. A crash therefore leaves either the whole batch with its checkpoint or neither.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import psycopg
+from numpy.typing import NDArray
+
+from backfill.prepare import PreparedPost
+
+_COLUMNS = (
+    "post_id",
+    "topic_id",
+    "post_number",
+    "topic_slug",
+    "topic_title",
+    "category_id",
+    "tags",
+    "post_type",
+    "reply_to_post_number",
+    "username",
+    "text",
+    "digest",
+    "model",
+    "embedding",
+    "source_updated_at",
+)
+_TYPES = (
+    "int8",
+    "int8",
+    "int4",
+    "text",
+    "text",
+    "int8",
+    "text[]",
+    "int2",
+    "int4",
+    "text",
+    "text",
+    "bytea",
+    "text",
+    "halfvec",
+    "timestamptz",
+)
+_COLS = ", ".join(_COLUMNS)
+_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS if c != "post_id")
+# A row written meanwhile from a newer version of the post (a webhook update) is never overwritten.
+_ON_CONFLICT = (
+    f"ON CONFLICT (post_id) DO UPDATE SET {_UPDATES}, updated_at = now() "
+    "WHERE post_index.source_updated_at IS NULL OR EXCLUDED.source_updated_at IS NULL "
+    "OR EXCLUDED.source_updated_at >= post_index.source_updated_at"
+)
+# Both statements are built from the constants above only.
+_UPSERT = f"INSERT INTO post_index ({_COLS}) SELECT {_COLS} FROM backfill_stage {_ON_CONFLICT}"  # noqa: S608
+_VALUES = ", ".join("%s::halfvec" if c == "embedding" else "%s" for c in _COLUMNS)
+_INSERT_ROW = f"INSERT INTO post_index ({_COLS}) VALUES ({_VALUES}) {_ON_CONFLICT}"  # noqa: S608
+HNSW_NAME = "post_index_embedding_hnsw"
+HNSW_DDL = (
+    "CREATE INDEX {concurrently} IF NOT EXISTS post_index_embedding_hnsw ON post_index "
+    "USING hnsw (embedding halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)"
+)
+
+
+class _Packed:
+    """A halfvec already in pgvector's binary form; pgvector's binary dumper calls ``to_binary``."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def to_binary(self) -> bytes:
+        return self.data
+
+
+def pack_halfvecs(vectors: NDArray[np.floating]) -> list[_Packed]:
+    """Rows of a (n, d) array as pgvector binary halfvecs: uint16 dim, uint16 unused, n × float16 BE."""
+    n, dim = vectors.shape
+    header = int(dim).to_bytes(2, "big") + b"\0\0"
+    big = np.ascontiguousarray(vectors, dtype=">f2")
+    return [_Packed(header + big[i].tobytes()) for i in range(n)]
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    cursor: int | None
+    status: str
+    stats: dict[str, float]
+
+
+def parse_ts(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+class IndexStore:
+    """Reads and writes ``post_index`` and ``backfill_state`` over one (non-autocommit) connection."""
+
+    def __init__(self, conn: psycopg.Connection, model: str) -> None:
+        self.conn = conn
+        self.model = model
+        self._staged = False
+
+    def digests(self, lo: int, hi: int) -> dict[int, bytes]:
+        """Digests of the indexed posts with ids in [lo, hi] (one range scan of the primary key)."""
+        with self.conn.transaction():
+            rows = self.conn.execute(
+                "SELECT post_id, digest FROM post_index WHERE post_id BETWEEN %s AND %s", (lo, hi)
+            ).fetchall()
+        return {int(r[0]): bytes(r[1]) for r in rows}
+
+    def write_batch(
+        self,
+        posts: Sequence[PreparedPost],
+        vectors: NDArray[np.floating] | None,
+        *,
+        lo: int,
+        hi: int,
+        keep: Iterable[int],
+        source_key: str,
+        cursor: int | None,
+        stats: Mapping[str, float],
+    ) -> int:
+        """Upsert embedded posts, delete what the range no longer holds, checkpoint; return rows removed."""
+        keep_ids = sorted(set(keep))
+        if posts:
+            self._ensure_stage()
+        with self.conn.transaction():
+            if posts:
+                if vectors is None or len(vectors) != len(posts):
+                    raise ValueError("one vector per post is required")
+                self._copy(posts, vectors)
+                self.conn.execute(_UPSERT)
+            cur = self.conn.execute(
+                "DELETE FROM post_index WHERE post_id BETWEEN %s AND %s AND post_id <> ALL(%s::bigint[])",
+                (lo, hi, keep_ids),
+            )
+            removed = cur.rowcount
+            if cursor is not None:
+                done = {**stats, "removed": stats["removed"] + removed}
+                self._checkpoint(source_key, cursor, "running", done)
+        return removed
+
+    def _ensure_stage(self) -> None:
+        # A session TEMP table: private to this connection, never WAL-logged, emptied at each commit.
+        if not self._staged:
+            with self.conn.transaction():
+                self.conn.execute(
+                    "CREATE TEMP TABLE IF NOT EXISTS backfill_stage (LIKE post_index INCLUDING DEFAULTS) "
+                    "ON COMMIT DELETE ROWS"
+                )
+            self._staged = True
+
+    def _copy(self, posts: Sequence[PreparedPost], vectors: NDArray[np.floating]) -> None:
+        packed = pack_halfvecs(vectors)
+        model = self.model
+        with self.conn.cursor().copy(f"COPY backfill_stage ({_COLS}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_TYPES)
+            for prepared, vec in zip(posts, packed, strict=True):
+                p = prepared.post
+                copy.write_row(
+                    (
+                        p.post_id,
+                        p.topic_id,
+                        p.post_number,
+                        p.topic_slug,
+                        p.topic_title,
+                        p.category_id,
+                        list(p.tags),
+                        p.post_type,
+                        p.reply_to_post_number,
+                        p.username,
+                        prepared.text,
+                        prepared.digest,
+                        model,
+                        vec,
+                        parse_ts(p.updated_at),
+                    )
+                )
+
+    def record_category_names(self, names: Mapping[int, str]) -> None:
+        """Remember category names (the incremental path composes the same text as the backfill)."""
+        if not names:
+            return
+        ids = list(names)
+        with self.conn.transaction():
+            self.conn.execute(
+                "INSERT INTO category_names (category_id, name) "
+                "SELECT * FROM unnest(%s::bigint[], %s::text[]) "
+                "ON CONFLICT (category_id) DO UPDATE SET name = EXCLUDED.name, updated_at = now() "
+                "WHERE category_names.name <> EXCLUDED.name",
+                (ids, [names[i] for i in ids]),
+            )
+
+    def upsert_rows(self, posts: Sequence[PreparedPost], vectors: NDArray[np.floating]) -> int:
+        """Upsert a few rows with plain INSERTs (the incremental path; no staging, no COPY)."""
+        if not posts:
+            return 0
+        params = []
+        for prepared, vec in zip(posts, vectors, strict=True):
+            p = prepared.post
+            literal = "[" + ",".join(repr(float(x)) for x in vec) + "]"
+            params.append(
+                (
+                    p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.category_id,
+                    list(p.tags), p.post_type, p.reply_to_post_number, p.username, prepared.text,
+                    prepared.digest, self.model, literal, parse_ts(p.updated_at),
+                )
+            )  # fmt: skip
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.executemany(_INSERT_ROW, params)
+        return len(params)
+
+    def digests_of(self, post_ids: Iterable[int]) -> dict[int, bytes]:
+        ids = sorted(set(post_ids))
+        with self.conn.transaction():
+            rows = self.conn.execute(
+                "SELECT post_id, digest FROM post_index WHERE post_id = ANY(%s::bigint[])", (ids,)
+            ).fetchall()
+        return {int(r[0]): bytes(r[1]) for r in rows}
+
+    def delete_topic_except(self, topic_id: int, keep: Iterable[int]) -> int:
+        """Remove the topic's indexed posts that are not in ``keep``."""
+        with self.conn.transaction():
+            cur = self.conn.execute(
+                "DELETE FROM post_index WHERE topic_id = %s AND post_id <> ALL(%s::bigint[])",
+                (topic_id, sorted(set(keep))),
+            )
+        return cur.rowcount
+
+    def delete_posts(self, post_ids: Iterable[int]) -> int:
+        ids = sorted(set(post_ids))
+        if not ids:
+            return 0
+        with self.conn.transaction():
+            cur = self.conn.execute("DELETE FROM post_index WHERE post_id = ANY(%s::bigint[])", (ids,))
+        return cur.rowcount
+
+    # -- checkpoints -------------------------------------------------------------------------------
+
+    def load_checkpoint(self, source_key: str) -> Checkpoint | None:
+        with self.conn.transaction():
+            row = self.conn.execute(
+                "SELECT cursor, status, stats FROM backfill_state WHERE source = %s", (source_key,)
+            ).fetchone()
+        if row is None:
+            return None
+        cursor = row[0].get("post_id") if isinstance(row[0], dict) else None
+        stats = {k: float(v) for k, v in (row[2] or {}).items() if isinstance(v, int | float)}
+        return Checkpoint(int(cursor) if cursor is not None else None, str(row[1]), stats)
+
+    def start_run(self, source_key: str, *, fresh: bool) -> None:
+        with self.conn.transaction():
+            self.conn.execute(
+                """INSERT INTO backfill_state (source, cursor, status, model, stats, started_at, updated_at)
+                   VALUES (%s, '{}', 'running', %s, '{}', now(), now())
+                   ON CONFLICT (source) DO UPDATE SET status = 'running', model = EXCLUDED.model,
+                       finished_at = NULL, updated_at = now(),
+                       cursor = CASE WHEN %s THEN '{}'::jsonb ELSE backfill_state.cursor END,
+                       stats = CASE WHEN %s THEN '{}'::jsonb ELSE backfill_state.stats END,
+                       started_at = CASE WHEN %s THEN now() ELSE backfill_state.started_at END""",
+                (source_key, self.model, fresh, fresh, fresh),
+            )
+
+    def _checkpoint(self, source_key: str, cursor: int, status: str, stats: Mapping[str, float]) -> None:
+        self.conn.execute(
+            "UPDATE backfill_state SET cursor = %s, status = %s, stats = %s, updated_at = now() "
+            "WHERE source = %s",
+            (json.dumps({"post_id": cursor}), status, json.dumps(dict(stats)), source_key),
+        )
+
+    def finish_run(self, source_key: str, status: str, summary: Mapping[str, object]) -> None:
+        """Record the outcome; ``done`` clears the cursor so the next run starts a fresh pass."""
+        with self.conn.transaction():
+            self.conn.execute(
+                "UPDATE backfill_state SET status = %s, stats = %s, finished_at = now(), updated_at = now(),"
+                " cursor = CASE WHEN %s = 'done' THEN '{}'::jsonb ELSE cursor END WHERE source = %s",
+                (status, json.dumps(dict(summary), default=str), status, source_key),
+            )
+
+    # -- restricted categories, size, reindex ------------------------------------------------------
+
+    def replace_restricted(self, category_ids: Iterable[int]) -> None:
+        """Make ``restricted_categories`` exactly the source's current list."""
+        ids = sorted(set(category_ids))
+        with self.conn.transaction():
+            self.conn.execute(
+                "DELETE FROM restricted_categories WHERE category_id <> ALL(%s::bigint[])", (ids,)
+            )
+            self.conn.execute(
+                "INSERT INTO restricted_categories (category_id) SELECT unnest(%s::bigint[]) "
+                "ON CONFLICT (category_id) DO UPDATE SET updated_at = now()",
+                (ids,),
+            )
+
+    def count(self) -> int:
+        with self.conn.transaction():
+            row = self.conn.execute("SELECT count(*) FROM post_index").fetchone()
+        return int(row[0]) if row else 0
+
+    def reindex(self, model: str, dimension: int, strategy: str) -> None:
+        """Empty the index and give its vector column the new dimension; all checkpoints restart."""
+        with self.conn.transaction():
+            self.conn.execute(f"DROP INDEX IF EXISTS {HNSW_NAME}")
+            self.conn.execute("TRUNCATE post_index")
+            self.conn.execute(f"ALTER TABLE post_index ALTER COLUMN embedding TYPE halfvec({int(dimension)})")
+            self.conn.execute(
+                "UPDATE index_meta SET model = %s, dimension = %s, strategy = %s, updated_at = now()",
+                (model, dimension, strategy),
+            )
+            self.conn.execute("UPDATE backfill_state SET cursor = '{}', status = 'idle', stats = '{}'")
+        self.model = model
+        # The staging table was shaped after the old column type.
+        with self.conn.transaction():
+            self.conn.execute("DROP TABLE IF EXISTS backfill_stage")
+        self._staged = False

@@ -1,0 +1,223 @@
+"""The bulk backfill on real PostgreSQL + pgvector: skip, re-embed, remove, resume, refuse, lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import psycopg
+import pytest
+
+from backfill.embedders import NullEmbedder
+from backfill.lock import BackfillBusyError, BackfillLock
+from backfill.run import BackfillOptions, run_backfill
+from backfill.sources.memory import MemorySource
+from tests.backfill.conftest import TEST_MODEL, edited, make_post
+from worker.errors import IndexMismatchError
+from worker.settings import DatabaseSettings
+
+pytestmark = pytest.mark.integration
+
+
+def indexed(db_url: str) -> dict[int, str]:
+    with psycopg.connect(db_url) as conn:
+        return dict(conn.execute("SELECT post_id, text FROM post_index ORDER BY post_id").fetchall())
+
+
+def corpus(n: int = 10) -> list:
+    return [make_post(i, topic_id=1 + i // 4) for i in range(1, n + 1)]
+
+
+def test_first_run_embeds_every_eligible_post_and_builds_the_index(
+    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    posts = [*corpus(10), make_post(11, post_type=3), make_post(12, hidden=True)]
+    summary = run_backfill(database, MemorySource(posts), embedder, options)
+    assert (summary.status, summary.seen, summary.embedded, summary.ineligible) == ("done", 12, 10, 2)
+    assert summary.reasons == {"post_type": 1, "hidden": 1}
+    assert embedder.texts_embedded == 10
+    rows = indexed(db_url)
+    assert sorted(rows) == list(range(1, 11))
+    head = "How to configure widget 1\nCategory: Support\nTags: widgets\n\nAnswer number 3"
+    assert rows[3].startswith(head)
+    with psycopg.connect(db_url) as conn:
+        valid = conn.execute(
+            "SELECT indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = 'post_index_embedding_hnsw'"
+        ).fetchone()
+        state = conn.execute("SELECT status, cursor, stats FROM backfill_state").fetchone()
+    assert valid == (True,)
+    assert state is not None
+    assert state[0] == "done"
+    assert state[1] == {}
+    assert state[2]["embedded"] == 10
+
+
+def test_second_run_on_unchanged_source_calls_the_embedder_zero_times(
+    database: DatabaseSettings, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    source = MemorySource(corpus(10))
+    run_backfill(database, source, embedder, options)
+    calls = embedder.calls
+    again = run_backfill(database, source, embedder, options)
+    assert embedder.calls == calls
+    assert (again.seen, again.embedded, again.skipped, again.removed) == (10, 0, 10, 0)
+
+
+def test_edited_post_is_re_embedded_and_deleted_one_removed(
+    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    posts = corpus(10)
+    run_backfill(database, MemorySource(posts), embedder, options)
+    embedder.history.clear()
+    posts[4] = edited(posts[4], "A completely new answer")  # post 5
+    posts[6] = dataclasses.replace(posts[6], deleted=True)  # post 7 soft-deleted
+    del posts[8]  # post 9 hard-deleted: gone from the source
+    summary = run_backfill(database, MemorySource(posts), embedder, options)
+    assert [t for call in embedder.history for t in call] == [indexed(db_url)[5]]
+    assert "A completely new answer" in indexed(db_url)[5]
+    assert (summary.embedded, summary.removed) == (1, 2)
+    assert 7 not in indexed(db_url)
+    assert 9 not in indexed(db_url)
+
+
+def test_post_moved_into_a_restricted_category_disappears_from_recall(
+    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    posts = corpus(8)
+    run_backfill(database, MemorySource(posts, restricted=frozenset({99})), embedder, options)
+    moved = [dataclasses.replace(p, category_id=99) if p.topic_id == 2 else p for p in posts]
+    summary = run_backfill(database, MemorySource(moved, restricted=frozenset({99})), embedder, options)
+    gone = {p.post_id for p in posts if p.topic_id == 2}
+    assert summary.removed == len(gone)
+    assert summary.reasons == {"restricted": len(gone)}
+    query = embedder.embed([indexed(db_url)[min(gone - {0}) - 1]])[0]
+    with psycopg.connect(db_url) as conn:
+        restricted = conn.execute("SELECT array_agg(category_id) FROM restricted_categories").fetchone()
+        hits = conn.execute(
+            "SELECT post_id FROM post_index ORDER BY embedding <=> %s::halfvec LIMIT 25", (str(query),)
+        ).fetchall()
+    assert restricted == ([99],)
+    assert gone.isdisjoint(r[0] for r in hits)
+    assert len(hits) == 8 - len(gone)
+
+
+def test_model_change_without_reindex_is_refused_and_reindex_rebuilds(
+    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    source = MemorySource(corpus(6))
+    run_backfill(database, source, embedder, options)
+    other = NullEmbedder(16, model="other-model")
+    with pytest.raises(IndexMismatchError) as info:
+        run_backfill(database, source, other, options)
+    assert "--reindex" in str(info.value)
+    assert "other-model" in str(info.value)
+    assert other.calls == 0
+    summary = run_backfill(database, source, other, dataclasses.replace(options, reindex=True))
+    assert summary.embedded == 6
+    assert other.texts_embedded == 6
+    with psycopg.connect(db_url) as conn:
+        meta = conn.execute("SELECT model, dimension FROM index_meta").fetchone()
+        sql = "SELECT DISTINCT vector_dims(embedding::vector), model FROM post_index"
+        dims = conn.execute(sql).fetchall()
+    assert meta == ("other-model", 16)
+    assert dims == [(16, "other-model")]
+
+
+class Interrupting(NullEmbedder):
+    """Raises KeyboardInterrupt on its n-th call, like Ctrl-C in the middle of a run."""
+
+    def __init__(self, at_call: int) -> None:
+        super().__init__(8, model=TEST_MODEL)
+        self.at_call = at_call
+
+    def embed_array(self, texts):  # type: ignore[no-untyped-def]
+        if self.calls + 1 == self.at_call:
+            self.calls += 1
+            raise KeyboardInterrupt
+        return super().embed_array(texts)
+
+
+def test_resume_after_an_interruption_embeds_nothing_twice(
+    database: DatabaseSettings, db_url: str, options: BackfillOptions
+) -> None:
+    source = MemorySource(corpus(20))
+    first = Interrupting(at_call=5)
+    with pytest.raises(KeyboardInterrupt):
+        run_backfill(database, source, first, options)
+    with psycopg.connect(db_url) as conn:
+        state = conn.execute("SELECT status, cursor FROM backfill_state").fetchone()
+    assert state is not None
+    assert state[0] == "failed"
+    assert state[1]["post_id"] >= 4
+    second = NullEmbedder(8, model=TEST_MODEL)
+    summary = run_backfill(database, source, second, options)
+    assert summary.resumed_from == state[1]["post_id"]
+    first_texts = [t for call in first.history for t in call]
+    second_texts = [t for call in second.history for t in call]
+    assert not set(first_texts) & set(second_texts)
+    assert len(first_texts) + len(second_texts) == 20
+    assert sorted(indexed(db_url)) == list(range(1, 21))
+
+
+def test_limit_stops_early_and_the_next_run_continues(
+    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    source = MemorySource(corpus(10))
+    first = run_backfill(database, source, embedder, dataclasses.replace(options, limit=6))
+    assert (first.status, first.seen) == ("idle", 6)
+    assert sorted(indexed(db_url)) == list(range(1, 7))
+    rest = run_backfill(database, source, embedder, options)
+    assert (rest.status, rest.seen, rest.resumed_from) == ("done", 4, 6)
+    assert embedder.texts_embedded == 10
+
+
+def test_a_second_run_of_the_same_source_is_refused_while_one_holds_the_lock(
+    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    source = MemorySource(corpus(4))
+    with BackfillLock(db_url, source.key), pytest.raises(BackfillBusyError) as info:
+        run_backfill(database, source, embedder, options)
+    assert "another backfill of source 'memory' is running" in str(info.value)
+    assert embedder.calls == 0
+    assert indexed(db_url) == {}
+    with BackfillLock(db_url, "file:/x"), pytest.raises(BackfillBusyError, match="a backfill is running"):
+        run_backfill(database, source, embedder, dataclasses.replace(options, reindex=True))
+
+
+class Slow(NullEmbedder):
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__(8, model=TEST_MODEL)
+        self.gate = gate
+
+    def embed_array(self, texts):  # type: ignore[no-untyped-def]
+        self.gate.wait(10)
+        return super().embed_array(texts)
+
+
+def test_two_concurrent_runs_never_duplicate(
+    database: DatabaseSettings, db_url: str, options: BackfillOptions
+) -> None:
+    source = MemorySource(corpus(12))
+    gate = threading.Event()
+    slow = Slow(gate)
+    results: list[object] = []
+    thread = threading.Thread(target=lambda: results.append(run_backfill(database, source, slow, options)))
+    thread.start()
+    try:
+        with psycopg.connect(db_url, autocommit=True) as conn:  # wait until the first run holds its lock
+            for _ in range(200):
+                if conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()[0]:
+                    break
+                threading.Event().wait(0.05)
+        second = NullEmbedder(8, model=TEST_MODEL)
+        with pytest.raises(BackfillBusyError):
+            run_backfill(database, source, second, options)
+        assert second.calls == 0
+    finally:
+        gate.set()
+        thread.join(30)
+    assert len(results) == 1
+    with psycopg.connect(db_url) as conn:
+        count, distinct = conn.execute("SELECT count(*), count(DISTINCT post_id) FROM post_index").fetchone()
+    assert count == distinct == 12

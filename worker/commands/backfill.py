@@ -1,0 +1,64 @@
+"""``citebot backfill``: fill the post index from a Discourse replica, the REST API or an export.
+
+``backfill`` imports ``worker``, never the reverse: it is imported inside the handler, so the
+dependency exists only here, at the composition root, and only when this command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from worker.commands.common import settings_from
+
+NAME = "backfill"
+HELP = "fill or refresh the post index (resumable; see docs/backfill.md)"
+
+
+def register(group: argparse.ArgumentParser) -> None:
+    group.add_argument("--source", choices=("db", "api", "file"), required=True, help="where posts come from")
+    group.add_argument("--path", type=Path, help="export folder with topics/<id>.json (--source file)")
+    group.add_argument(
+        "--database-url-source", metavar="URL", help="read-only Discourse PostgreSQL replica (--source db)"
+    )
+    group.add_argument(
+        "--reindex",
+        action="store_true",
+        help="empty the index and rebuild it with the configured model and dimension",
+    )
+    group.add_argument("--limit", type=int, metavar="N", help="stop after N posts (resumable)")
+    group.add_argument("--page-size", type=int, default=1000, metavar="N", help="posts per commit")
+    group.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    group.add_argument(
+        "--progress", choices=("auto", "bar", "log"), default="auto", help="progress bar or log lines"
+    )
+    group.set_defaults(handler=_backfill)
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    from backfill.compose import build_embedder, build_source, find_tokenizer
+    from backfill.run import BackfillOptions, run_backfill
+
+    if args.limit is not None and args.limit < 1:
+        print("citebot: --limit must be at least 1", file=sys.stderr)
+        return 2
+    source = build_source(args.source, settings, path=args.path, source_url=args.database_url_source)
+    embedder = build_embedder(settings)
+    options = BackfillOptions(
+        reindex=args.reindex,
+        limit=args.limit,
+        page_size=max(1, args.page_size),
+        batch_size=settings.embeddings.batch_size,
+        concurrency=settings.embeddings.concurrency,
+        max_tokens=settings.embeddings.max_tokens,
+        progress={"auto": None, "bar": True, "log": False}[args.progress],
+    )
+    summary = run_backfill(settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder))
+    if args.json:
+        print(json.dumps(summary.as_dict()))
+    else:
+        print(summary.line())
+    return 0
