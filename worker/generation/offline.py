@@ -47,7 +47,7 @@ fait sont ont été cette ces mon mes ton tes son ses nous vous ils elles leur
 """
 _STOP = frozenset(_STOP_WORDS.split())
 MAX_POINTS = 3
-SOURCES_READ = 4
+SOURCES_READ = 6
 MAX_SENTENCE_CHARS = 300
 
 
