@@ -1,0 +1,326 @@
+"""Fit the bi-encoder scorer's calibration: cosine → relevance logit, on labelled forum questions.
+
+    python -m eval.stack.modelserver.calibrate [--data DIR] [--pool N] [--out calibration.json]
+
+The zone thresholds are logits of a cross-encoder: −4 (≈ 2 % relevant: abstain) and 0 (50 %: weak
+below). For the embedding model's cosine to stand in for one, we fit ``logit = a·cos + b`` by logistic
+regression on (question, text) pairs, where each text is what the reranker reads (topic title + first
+300 characters of the post):
+
+- positives: an in-domain dev question vs its gold accepted answer;
+- hard negatives: the question vs the posts of other topics it is closest to (what competes with the
+  gold post at the top of the list); random negatives: vs random posts of other topics;
+- out-of-domain questions vs the posts they are closest to (the best the forum offers them).
+
+Posts of the gold topic other than the accepted answer are left out: they may or may not answer.
+
+Class balance. A pairwise fit's prior is whatever ratio of negatives we sampled, which means nothing.
+The zone reads the score of the *top* candidate, so we set the prior to what it is there: the share of
+dev questions whose top candidate (highest cosine in the pool) is relevant. Positives get that share
+of the total weight, negatives the rest; the probability then reads "P(relevant) for a top
+candidate". The fit is checked on those top candidates (one per question, in-domain and out): mean
+predicted probability vs observed rate, and precision/recall of "≥ 0" and "≥ −4", in-sample and with a
+two-fold split by question.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import html.parser
+import json
+import logging
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.stack.modelserver.models import CALIBRATION_PATH, EmbeddingModel
+from worker.clients.tei import rerank_texts
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DATA = Path("/work/shared/data/urho3d")
+_FRENCH = frozenset(
+    [
+        "comment",
+        "quel",
+        "quelle",
+        "quels",
+        "est",
+        "le",
+        "la",
+        "les",
+        "une",
+        "des",
+        "du",
+        "pour",
+        "mon",
+        "faire",
+        "peux-tu",
+        "avec",
+    ]
+)
+
+
+class _Text(html.parser.HTMLParser):
+    """Cooked HTML → text, without Discourse quote boxes (they repeat other posts)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        classes = dict(attrs).get("class") or ""
+        if self._skip or (tag == "aside" and "quote" in classes.split()):
+            self._skip += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.parts.append(data)
+
+
+def html_text(cooked: str) -> str:
+    parser = _Text()
+    parser.feed(cooked)
+    return " ".join(" ".join(parser.parts).split())
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    id: int
+    topic_id: int
+    text: str  # what the reranker reads
+
+
+def load_posts(topic_file: Path) -> list[Post]:
+    topic = json.loads(topic_file.read_text(encoding="utf-8"))
+    out = []
+    for p in topic["post_stream"]["posts"]:
+        if p.get("post_type") != 1 or p.get("deleted_at") or p.get("hidden"):
+            continue
+        out.append(Post(p["id"], topic["id"], rerank_texts(topic["title"], html_text(p["cooked"]), 300)))
+    return out
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, ridge: float = 1e-6) -> tuple[float, float]:
+    """Weighted logistic regression ``P(y=1) = σ(a·x + b)`` by Newton's method (IRLS)."""
+    X = np.column_stack([x, np.ones_like(x)])
+    beta = np.zeros(2)
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-(X @ beta)))
+        grad = X.T @ (w * (y - p)) - ridge * beta
+        hess = (X * (w * p * (1 - p))[:, None]).T @ X + ridge * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        beta += step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return float(beta[0]), float(beta[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Pairs:
+    cos: np.ndarray
+    label: np.ndarray
+    question: np.ndarray  # question index, for the split
+
+
+def build(
+    model: EmbeddingModel, data: Path, pool_size: int, hard: int, rand: int, seed: int
+) -> tuple[Pairs, Pairs, list[tuple[str, float]]]:
+    """The training pairs, the top-candidate records, and (question, top cosine) of out-of-domain ones."""
+    rng = random.Random(seed)
+    questions = [json.loads(line) for line in (data / "eval/questions-dev.jsonl").open(encoding="utf-8")]
+    ood = [json.loads(line) for line in (data / "eval/out-of-domain-dev.jsonl").open(encoding="utf-8")]
+    gold_topics = {t for q in questions for t in q["gold_topic_ids"]}
+    others = sorted(p for p in (data / "topics").glob("*.json") if int(p.stem) not in gold_topics)
+    rng.shuffle(others)
+    posts: list[Post] = []
+    for t in sorted(gold_topics):
+        posts.extend(load_posts(data / "topics" / f"{t}.json"))
+    n_gold_topic_posts = len(posts)
+    for f in others:
+        if len(posts) - n_gold_topic_posts >= pool_size:
+            break
+        posts.extend(load_posts(f))
+    log.info("pool: %d posts (%d from gold topics)", len(posts), n_gold_topic_posts)
+    texts = [q["question"] for q in questions] + [q["question"] for q in ood]
+    qv = model.embed(texts)
+    pv = model.embed([p.text for p in posts])
+    sims = qv @ pv.T
+    ids = np.array([p.id for p in posts])
+    topics = np.array([p.topic_id for p in posts])
+
+    cos: list[float] = []
+    label: list[int] = []
+    qidx: list[int] = []
+    top_cos: list[float] = []
+    top_label: list[int] = []
+    top_q: list[int] = []
+    for i, q in enumerate(questions):
+        gold = set(q["gold_post_ids"])
+        own_topic = np.isin(topics, q["gold_topic_ids"])
+        is_gold = np.isin(ids, list(gold))
+        hidden = np.isin(ids, q.get("exclude_post_ids", [])) | (own_topic & ~is_gold)
+        row = np.where(hidden, -np.inf, sims[i])
+        for j in np.flatnonzero(is_gold):
+            cos.append(float(sims[i, j]))
+            label.append(1)
+            qidx.append(i)
+        other = np.flatnonzero(~own_topic)
+        for j in other[np.argsort(-sims[i, other])[:hard]]:
+            cos.append(float(sims[i, j]))
+            label.append(0)
+            qidx.append(i)
+        for j in rng.sample(list(other), rand):
+            cos.append(float(sims[i, j]))
+            label.append(0)
+            qidx.append(i)
+        best = int(np.argmax(row))
+        top_cos.append(float(row[best]))
+        top_label.append(int(is_gold[best]))
+        top_q.append(i)
+    ood_top: list[tuple[str, float]] = []
+    for k, q in enumerate(ood):
+        i = len(questions) + k
+        order = np.argsort(-sims[i])[:hard]
+        for j in order:
+            cos.append(float(sims[i, j]))
+            label.append(0)
+            qidx.append(i)
+        top_cos.append(float(sims[i, order[0]]))
+        top_label.append(0)
+        top_q.append(i)
+        ood_top.append((q["question"], float(sims[i, order[0]])))
+    pairs = Pairs(np.array(cos), np.array(label, dtype=float), np.array(qidx))
+    tops = Pairs(np.array(top_cos), np.array(top_label, dtype=float), np.array(top_q))
+    return pairs, tops, ood_top
+
+
+def fit(pairs: Pairs, prior: float) -> tuple[float, float]:
+    """Fit with positives carrying ``prior`` of the total weight."""
+    pos = pairs.label == 1
+    w = np.where(pos, prior / pos.sum(), (1 - prior) / (~pos).sum()) * len(pairs.label)
+    return fit_logistic(pairs.cos, pairs.label, w)
+
+
+def evaluate(a: float, b: float, tops: Pairs) -> dict[str, float]:
+    """On top candidates: mean P vs observed, precision/recall of logit ≥ 0 and ≥ −4, log-loss."""
+    logit = a * tops.cos + b
+    p = 1 / (1 + np.exp(-logit))
+    y = tops.label
+    out: dict[str, float] = {
+        "n": float(len(y)),
+        "observed_rate": float(y.mean()),
+        "mean_p": float(p.mean()),
+        "log_loss": float(-np.mean(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))),
+    }
+    for name, t in (("0", 0.0), ("-4", -4.0)):
+        sel = logit >= t
+        out[f"precision_at_{name}"] = float(y[sel].mean()) if sel.any() else float("nan")
+        out[f"recall_at_{name}"] = float((sel & (y == 1)).sum() / max(1, (y == 1).sum()))
+        out[f"passing_at_{name}"] = float(sel.mean())
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.stack.modelserver.calibrate", description=__doc__)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="forum data directory")
+    parser.add_argument("--pool", type=int, default=3000, help="posts from other topics in the pool")
+    parser.add_argument("--hard", type=int, default=3, help="hard negatives per question")
+    parser.add_argument("--random", type=int, default=3, help="random negatives per question")
+    parser.add_argument("--seed", type=int, default=20261130)
+    parser.add_argument("--out", type=Path, default=CALIBRATION_PATH)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    model = EmbeddingModel()
+    pairs, tops, ood_top = build(model, args.data, args.pool, args.hard, args.random, args.seed)
+    in_domain = tops.question < int(tops.question.max()) + 1 - len(ood_top)
+    prior = float(tops.label[in_domain].mean())  # top candidate relevant, answerable questions
+    a, b = fit(pairs, prior)
+
+    # Two-fold check by question: fit on one half (prior from that half), evaluate on the other.
+    folds = []
+    for half in (0, 1):
+        train = pairs.question % 2 == half
+        t_train = (tops.question % 2 == half) & in_domain
+        sub = Pairs(pairs.cos[train], pairs.label[train], pairs.question[train])
+        fa, fb = fit(sub, float(tops.label[t_train].mean()))
+        test = tops.question % 2 != half
+        folds.append(evaluate(fa, fb, Pairs(tops.cos[test], tops.label[test], tops.question[test])))
+    held_out = {k: float(np.nanmean([f[k] for f in folds])) for k in folds[0]}
+    in_sample = evaluate(a, b, tops)
+    pair_p = 1 / (1 + np.exp(-(a * pairs.cos + b)))
+    ood: list[dict[str, Any]] = [
+        {"question": q, "top_cosine": round(c, 4), "logit": round(a * c + b, 3), "french": _is_french(q)}
+        for q, c in ood_top
+    ]
+    result: dict[str, Any] = {
+        "a": round(a, 4),
+        "b": round(b, 4),
+        "model_id": model.model_id,
+        "formula": "logit = a * cosine + b; P(relevant) = sigmoid(logit)",
+        "cosine_at_logit": {"-4": round((-4 - b) / a, 4), "0": round(-b / a, 4)},
+        "fitted": {
+            "date": dt.date.today().isoformat(),
+            "data": "urho3d eval/questions-dev.jsonl + eval/out-of-domain-dev.jsonl",
+            "method": "weighted logistic regression (numpy IRLS) on pairs; positives weighted to the "
+            "top-candidate relevance rate",
+            "prior_top_candidate_relevant": round(prior, 4),
+            "pool_posts": int(args.pool),
+            "pairs": len(pairs.label),
+            "positives": int(pairs.label.sum()),
+            "hard_negatives_per_question": args.hard,
+            "random_negatives_per_question": args.random,
+            "seed": args.seed,
+            "questions": int(in_domain.sum()),
+            "out_of_domain_questions": len(ood_top),
+            "mean_p_positive_pairs": round(float(pair_p[pairs.label == 1].mean()), 4),
+            "mean_p_negative_pairs": round(float(pair_p[pairs.label == 0].mean()), 4),
+        },
+        "top_candidate_in_sample": {k: round(v, 4) for k, v in in_sample.items()},
+        "top_candidate_two_fold": {k: round(v, 4) for k, v in held_out.items()},
+        "out_of_domain": {
+            "abstained_at_-4": sum(o["logit"] < -4 for o in ood),
+            "below_0": sum(o["logit"] < 0 for o in ood),
+            "french": {
+                "n": sum(o["french"] for o in ood),
+                "abstained_at_-4": sum(o["french"] and o["logit"] < -4 for o in ood),
+                "mean_top_cosine": round(float(np.mean([o["top_cosine"] for o in ood if o["french"]])), 4),
+            },
+            "english": {
+                "n": sum(not o["french"] for o in ood),
+                "abstained_at_-4": sum((not o["french"]) and o["logit"] < -4 for o in ood),
+                "mean_top_cosine": round(
+                    float(np.mean([o["top_cosine"] for o in ood if not o["french"]])), 4
+                ),
+            },
+            "questions": ood,
+        },
+    }
+    args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(json.dumps({k: result[k] for k in ("a", "b", "cosine_at_logit")}))
+    print("top candidates, in sample:", json.dumps(result["top_candidate_in_sample"]))
+    print("top candidates, two-fold: ", json.dumps(result["top_candidate_two_fold"]))
+    print(
+        "out of domain:", json.dumps({k: v for k, v in result["out_of_domain"].items() if k != "questions"})
+    )
+    return 0
+
+
+def _is_french(text: str) -> bool:
+    return any(w in _FRENCH for w in text.lower().replace("?", " ").split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
