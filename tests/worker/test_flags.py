@@ -244,15 +244,18 @@ def test_one_read_for_many_threads_and_the_first_read_is_waited_for() -> None:
 def test_an_expired_cache_does_not_block_other_threads() -> None:
     clock, source = Clock(), Source(ALL_ON)
     entered, release = threading.Event(), threading.Event()
-    reader = FlagReader(lambda names: source(names), flags_settings(), clock=clock)
+    hang = False
+
+    def read(names: Sequence[str]) -> Mapping[str, object]:
+        if hang:  # the refresh in flight below hangs until released
+            entered.set()
+            release.wait(5)
+            return {}
+        return source(names)
+
+    reader = FlagReader(read, flags_settings(), clock=clock)
     reader.current()
-
-    def blocking(names: Sequence[str]) -> Mapping[str, object]:
-        entered.set()
-        release.wait(5)
-        return {}
-
-    reader._source = blocking  # the refresh in flight below hangs until released
+    hang = True
     clock.now += 60
     refresher = threading.Thread(target=reader.current)
     refresher.start()

@@ -3,7 +3,8 @@
 It serves the demo and the tests. For each of the top sources it picks the sentence that best overlaps
 the question's words, quotes the best few as a list and cites each with its own ``[[n]]``; in the
 abstain zone it says it does not know and how to ask the forum. It can only cite numbers present in
-the evidence it was given, so it never invents a source. Replies are English and carry
+the evidence it was given, so it never invents a source. Its own sentences are French for a question
+written in French, else English (the quotes stay as written). Replies carry
 ``Completion.offline = True``; the pipeline appends :data:`OFFLINE_FOOTER` so readers know.
 
 ``complete(messages)`` reads the fenced evidence block that :func:`~worker.generation.prompt.build_prompt`
@@ -25,14 +26,53 @@ from worker.generation import fence
 
 OFFLINE_MODEL = "offline-extractive"
 OFFLINE_FOOTER = "_Assembled offline without a language model: sentences quoted from the cited posts._"
-ABSTAIN_TEXT = (
-    "I don't know: I found nothing in the forum's history that answers this. To ask the forum, open a "
-    "new topic with a clear title, what you tried, and the exact error messages and versions, so that "
-    "members can help."
+
+
+@dataclass(frozen=True, slots=True)
+class Phrases:
+    """The fixed sentences of an offline reply, in one language."""
+
+    abstain: str
+    normal_intro: str
+    weak_intro: str
+    weak_outro: str
+
+
+ENGLISH = Phrases(
+    abstain="I don't know: I found nothing in the forum's history that answers this. To ask the forum, "
+    "open a new topic with a clear title, what you tried, and the exact error messages and versions, so "
+    "that members can help.",
+    normal_intro="Here is what the forum's posts say:",
+    weak_intro="The forum's evidence on this is weak: no post answers it clearly. The closest posts say:",
+    weak_outro="If this does not help, ask the forum in a new topic with the details of what you tried.",
 )
-WEAK_INTRO = "The forum's evidence on this is weak: no post answers it clearly. The closest posts say:"
-NORMAL_INTRO = "Here is what the forum's posts say:"
-WEAK_OUTRO = "If this does not help, ask the forum in a new topic with the details of what you tried."
+FRENCH = Phrases(
+    abstain="Je ne sais pas : je n'ai rien trouvé dans l'historique du forum qui réponde à cette question. "
+    "Pour demander au forum, ouvrez un nouveau sujet avec un titre clair, ce que vous avez essayé, et les "
+    "messages d'erreur et versions exacts, pour que les membres puissent aider.",
+    normal_intro="Voici ce que disent les messages du forum :",
+    weak_intro="Les éléments du forum sont faibles : aucun message n'y répond clairement. Les plus proches "
+    "disent :",
+    weak_outro="Si cela ne suffit pas, demandez au forum dans un nouveau sujet en précisant ce que vous avez "
+    "essayé.",
+)
+ABSTAIN_TEXT = ENGLISH.abstain
+_FRENCH_TEXT = (
+    "le la les des une est pour comment je j pas que qui dans avec sur mon ma mes quel quelle faire \
+peut puis ce cette ne n il du au aux"
+)
+_ENGLISH_TEXT = "the is how to and what for in with my do i can it of a an this that"
+_FRENCH_WORDS = frozenset(_FRENCH_TEXT.split())
+_ENGLISH_WORDS = frozenset(_ENGLISH_TEXT.split())
+
+
+def phrases_for(question: str) -> Phrases:
+    """French phrases for a question with more French than English function words, else English."""
+    words = [w.casefold() for w in _WORD.findall(question)]
+    french = sum(w in _FRENCH_WORDS for w in words)
+    english = sum(w in _ENGLISH_WORDS for w in words)
+    return FRENCH if french > english else ENGLISH
+
 
 _EVIDENCE = re.compile(r"<<<EVIDENCE zone=(normal|weak|abstain) id=([0-9a-f]{8,64})>>>")
 _WORD = regex.compile(r"\w+")
@@ -105,8 +145,9 @@ class OfflineGenerator:
         return self._answer(question, evidence, zone)
 
     def _answer(self, question: str, evidence: Sequence[_Evidence], zone: Zone) -> Completion:
+        say = phrases_for(question)
         if zone == "abstain" or not evidence:
-            return Completion(text=ABSTAIN_TEXT, model=OFFLINE_MODEL, offline=True)
+            return Completion(text=say.abstain, model=OFFLINE_MODEL, offline=True)
         wanted = _stems(question)
         picks: list[tuple[float, int, str, int]] = []  # (-score, rank, sentence, n)
         for rank, source in enumerate(evidence[:SOURCES_READ]):
@@ -121,10 +162,10 @@ class OfflineGenerator:
         if not picks:
             first = next(((s.n, _sentences(s.text)) for s in evidence if _sentences(s.text)), None)
             if first is None:
-                return Completion(text=ABSTAIN_TEXT, model=OFFLINE_MODEL, offline=True)
+                return Completion(text=say.abstain, model=OFFLINE_MODEL, offline=True)
             picks = [(0.0, 0, first[1][0], first[0])]
         picks.sort()
         points = [f"- {fence.neutralise(sentence)} [[{n}]]" for _, _, sentence, n in picks[:MAX_POINTS]]
-        intro = WEAK_INTRO if zone == "weak" else NORMAL_INTRO
-        parts = [intro, "\n".join(points)] + ([WEAK_OUTRO] if zone == "weak" else [])
+        intro = say.weak_intro if zone == "weak" else say.normal_intro
+        parts = [intro, "\n".join(points)] + ([say.weak_outro] if zone == "weak" else [])
         return Completion(text="\n\n".join(parts), model=OFFLINE_MODEL, offline=True)

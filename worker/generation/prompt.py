@@ -140,8 +140,12 @@ def build_prompt(
 ) -> Prompt:
     """Assemble the prompt of one answer; ``sources`` are best first and keep their own ``n``.
 
-    Raises ConfigError when even the system part and an empty evidence block exceed ``token_budget``.
+    Raises ConfigError when even the system part and an empty evidence block exceed ``token_budget``,
+    ValueError when two sources share a number.
     """
+    numbers = [s.n for s in sources]
+    if len(set(numbers)) != len(numbers) or any(n < 1 for n in numbers):
+        raise ValueError(f"source numbers must be unique and positive, got {numbers}")
     templates = templates or load_templates()
     count = count_tokens or approx_tokens
     token = token or fence.new_token()

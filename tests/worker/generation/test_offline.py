@@ -9,7 +9,15 @@ from hypothesis import strategies as st
 
 from tests.worker.generation.conftest import make_source
 from worker.domain import Source
-from worker.generation.offline import ABSTAIN_TEXT, OFFLINE_FOOTER, OFFLINE_MODEL, OfflineGenerator
+from worker.generation.offline import (
+    ABSTAIN_TEXT,
+    ENGLISH,
+    FRENCH,
+    OFFLINE_FOOTER,
+    OFFLINE_MODEL,
+    OfflineGenerator,
+    phrases_for,
+)
 from worker.generation.prompt import build_prompt
 from worker.protocols import ChatModel
 
@@ -135,3 +143,16 @@ def test_never_cites_a_number_outside_the_evidence(
         allowed = set(numbers) if zone != "abstain" else set()
         assert cited(completion.text) <= allowed
         assert completion.text.count("[[") == len(MARKER.findall(completion.text))
+
+
+def test_a_french_question_gets_french_sentences(sources: list[Source]) -> None:
+    generator = OfflineGenerator()
+    question = "Comment je peux augmenter la résolution des ombres (shadow resolution) ?"
+    assert phrases_for(question) is FRENCH
+    normal = generator.complete_from(question, sources, "normal").text
+    assert normal.startswith(FRENCH.normal_intro)
+    assert "[[1]]" in normal
+    assert generator.complete_from(question, sources, "abstain").text == FRENCH.abstain
+    assert generator.complete_from(question, sources, "weak").text.endswith(FRENCH.weak_outro)
+    assert phrases_for("How do I use the shadow map?") is ENGLISH
+    assert phrases_for("") is ENGLISH

@@ -306,3 +306,10 @@ def test_approx_tokens_is_a_quarter_of_the_characters() -> None:
     assert approx_tokens("") == 0
     assert approx_tokens("abcd") == 1
     assert approx_tokens("abcde") == 2
+
+
+def test_duplicate_source_numbers_are_a_bug() -> None:
+    with pytest.raises(ValueError, match="unique and positive"):
+        build_prompt("q", [make_source(1, "a", "x"), make_source(1, "b", "y")], "normal")
+    with pytest.raises(ValueError, match="unique and positive"):
+        build_prompt("q", [make_source(0, "a", "x")], "normal")
