@@ -1,5 +1,7 @@
 """``DiscourseClient``: the subset of Discourse's REST API the bot uses, over an injected httpx client.
 
+The injected client carries the timeout (``settings.discourse.timeout_s`` at the composition root).
+
 Every call goes through ``_request``, which adds the ``Api-Key``/``Api-Username`` headers and maps
 failures onto ``worker.errors``: 429 → ``RateLimitedError`` (wait from ``Retry-After`` or
 ``extras.wait_seconds``), 5xx/timeouts/connection errors → ``ServiceUnavailableError``, 422 →
@@ -190,7 +192,6 @@ class DiscourseClient:
                 params=params,
                 json=json,
                 headers=headers,
-                timeout=self._settings.timeout_s,
             )
         except httpx.TimeoutException as exc:
             raise ServiceUnavailableError(f"{method} {path} timed out", service=SERVICE) from exc

@@ -1,0 +1,144 @@
+"""Load a forum export folder into the ``forum`` schema with COPY (the whole urho3d export in seconds).
+
+Export layout (see /work/shared/data/urho3d/README.md): ``topics/<id>.json`` is what Discourse returns for
+``GET /t/{id}.json`` with every page of the post stream merged; ``raw/<id>.md`` is ``GET /raw/{id}``:
+each post's raw Markdown headed ``username | YYYY-MM-DD HH:MM:SS UTC | #post_number`` and followed by a
+line of 25 dashes. A post without raw text gets its cooked text as raw.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.stack.forum.store import ForumStore
+from eval.stack.forum.text import html_to_text
+
+log = logging.getLogger(__name__)
+
+_RAW_HEADER = re.compile(
+    r"^(?P<user>.+?) \| \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \| #(?P<n>\d+)\n\n", re.MULTILINE
+)
+_SEPARATOR = "\n-------------------------\n"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    topics: int
+    posts: int
+    users: int
+    seconds: float
+
+
+def parse_raw_file(text: str) -> dict[int, str]:
+    """post_number → raw Markdown, from a ``/raw/{topic_id}`` dump."""
+    out: dict[int, str] = {}
+    headers = list(_RAW_HEADER.finditer(text))
+    for i, match in enumerate(headers):
+        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
+        body = text[match.end() : end].rstrip("\n")
+        if body.endswith(_SEPARATOR.strip("\n")):
+            body = body[: -len(_SEPARATOR.strip("\n"))]
+        out[int(match.group("n"))] = body.rstrip("\n")
+    return out
+
+
+def _files(export: Path) -> Iterator[tuple[dict[str, Any], dict[int, str]]]:
+    topics_dir = export / "topics"
+    raw_dir = export / "raw"
+    for path in sorted(topics_dir.glob("*.json")):
+        data = json.loads(path.read_bytes())
+        raw_path = raw_dir / f"{path.stem}.md"
+        raws = parse_raw_file(raw_path.read_text(encoding="utf-8")) if raw_path.exists() else {}
+        yield data, raws
+
+
+def load_export(store: ForumStore, export: Path, *, reset: bool = True) -> LoadReport:
+    """Replace the forum's content with ``export``; returns counts and the time taken."""
+    started = time.perf_counter()
+    if not (export / "topics").is_dir():
+        raise FileNotFoundError(f"{export}/topics not found: not a forum export folder")
+    store.init_schema(reset=reset)
+    users: dict[int, str] = {}
+    topic_rows: list[tuple[object, ...]] = []
+    post_rows: list[tuple[object, ...]] = []
+    for topic, raws in _files(export):
+        tags = [t["name"] if isinstance(t, dict) else str(t) for t in topic.get("tags") or []]
+        topic_rows.append(
+            (
+                topic["id"], topic.get("title") or "", topic.get("slug") or "",
+                topic.get("category_id"), topic.get("archetype") or "regular", topic.get("visible", True),
+                topic.get("closed", False), topic.get("archived", False), topic.get("deleted_at"),
+                tags, topic.get("user_id"), topic.get("created_at"),
+            )
+        )  # fmt: skip
+        for post in (topic.get("post_stream") or {}).get("posts") or []:
+            cooked = post.get("cooked") or ""
+            plain = html_to_text(cooked)
+            raw = raws.get(int(post["post_number"]), plain)
+            user_id = int(post.get("user_id") or 0)
+            users.setdefault(user_id, post.get("username") or f"user{user_id}")
+            post_rows.append(
+                (
+                    post["id"], topic["id"], post["post_number"], user_id, post.get("username") or "",
+                    raw, cooked, plain, post.get("post_type") or 1, post.get("reply_to_post_number"),
+                    post.get("version") or 1, bool(post.get("hidden")), post.get("deleted_at"),
+                    bool(post.get("user_deleted")), bool(post.get("accepted_answer")),
+                    post.get("created_at"), post.get("updated_at") or post.get("created_at"),
+                )
+            )  # fmt: skip
+    n_topics, n_posts = len(topic_rows), len(post_rows)
+    with store.connection() as conn:
+        with conn.cursor().copy(
+            "COPY forum.topics (id, title, slug, category_id, archetype, visible, closed, archived,"
+            " deleted_at, tags, user_id, created_at) FROM STDIN"
+        ) as copy:
+            for row in topic_rows:
+                copy.write_row(row)
+        with conn.cursor().copy(
+            "COPY forum.posts (id, topic_id, post_number, user_id, username, raw, cooked, plain,"
+            " post_type, reply_to_post_number, version, hidden, deleted_at, user_deleted,"
+            " accepted_answer, created_at, updated_at) FROM STDIN"
+        ) as copy:
+            for row in post_rows:
+                copy.write_row(row)
+        with conn.cursor().copy("COPY forum.users (id, username) FROM STDIN") as users_copy:
+            seen: set[str] = set()
+            for user_id, name in sorted(users.items()):
+                if name.lower() in seen:
+                    continue
+                seen.add(name.lower())
+                users_copy.write_row((user_id, name))
+        _index(conn)
+        conn.execute(
+            "INSERT INTO forum.meta (export, topics, posts) VALUES (%s, %s, %s)"
+            " ON CONFLICT (singleton) DO UPDATE SET export = EXCLUDED.export, topics = EXCLUDED.topics,"
+            " posts = EXCLUDED.posts, loaded_at = now()",
+            (str(export), n_topics, n_posts),
+        )
+    report = LoadReport(n_topics, n_posts, len(users), time.perf_counter() - started)
+    log.info("loaded %d topics, %d posts in %.1fs", report.topics, report.posts, report.seconds)
+    return report
+
+
+def _index(conn: Any) -> None:
+    """Search vectors weighted like Discourse (title A, category B, tags C, body D) and sequences."""
+    conn.execute("DROP INDEX IF EXISTS forum.posts_search_idx")
+    conn.execute(
+        "UPDATE forum.posts p SET search_data ="
+        " setweight(to_tsvector('english', t.title), 'A')"
+        " || setweight(to_tsvector('english', array_to_string(t.tags, ' ')), 'C')"
+        " || setweight(to_tsvector('english', left(p.plain, 100000)), 'D')"
+        " FROM forum.topics t WHERE t.id = p.topic_id"
+    )
+    conn.execute("CREATE INDEX posts_search_idx ON forum.posts USING gin (search_data)")
+    conn.execute("ANALYZE forum.posts")
+    conn.execute("SELECT setval('forum.post_ids', GREATEST((SELECT max(id) FROM forum.posts), 1))")
+    conn.execute("SELECT setval('forum.topic_ids', GREATEST((SELECT max(id) FROM forum.topics), 1))")
+    conn.execute("SELECT setval('forum.user_ids', GREATEST((SELECT max(id) FROM forum.users), 1))")

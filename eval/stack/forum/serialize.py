@@ -1,0 +1,152 @@
+"""Discourse's JSON shapes for posts, topics, notifications, settings and errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from eval.stack.forum.store import Row, as_iso
+
+CHUNK_SIZE = 20  # Discourse's post stream page
+
+
+def avatar(username: str) -> str:
+    return f"/letter_avatar_proxy/v4/letter/{(username[:1] or 'x').lower()}/8e7dd6/{{size}}.png"
+
+
+def error(status: int, message: str, error_type: str, **extra: Any) -> JSONResponse:
+    """Discourse's error body: ``{"errors": [...], "error_type": ...}``."""
+    body: dict[str, Any] = {"errors": [message], "error_type": error_type}
+    body.update(extra)
+    return JSONResponse(body, status_code=status)
+
+
+def not_found() -> JSONResponse:
+    return error(404, "The requested URL or resource could not be found.", "not_found")
+
+
+def invalid_access() -> JSONResponse:
+    return error(
+        403,
+        "You are not permitted to view the requested resource. The API username or key is invalid.",
+        "invalid_access",
+    )
+
+
+def post_json(row: Row, *, with_raw: bool = True, viewer_id: int | None = None) -> dict[str, Any]:
+    """A post as ``/posts/{id}.json`` and a topic's post stream serve it."""
+    data: dict[str, Any] = {
+        "id": row["id"],
+        "name": "",
+        "username": row["username"],
+        "avatar_template": avatar(row["username"]),
+        "created_at": as_iso(row["created_at"]),
+        "cooked": row["cooked"],
+        "post_number": row["post_number"],
+        "post_type": row["post_type"],
+        "updated_at": as_iso(row["updated_at"]),
+        "reply_count": 0,
+        "reply_to_post_number": row["reply_to_post_number"],
+        "quote_count": 0,
+        "incoming_link_count": 0,
+        "reads": 1,
+        "score": 0,
+        "yours": viewer_id is not None and viewer_id == row["user_id"],
+        "topic_id": row["topic_id"],
+        "topic_slug": row["topic_slug"],
+        "topic_title": row["topic_title"],
+        "display_username": row["username"],
+        "version": row["version"],
+        "user_id": row["user_id"],
+        "hidden": row["hidden"],
+        "deleted_at": as_iso(row["deleted_at"]),
+        "user_deleted": row["user_deleted"],
+        "wiki": False,
+        "accepted_answer": row["accepted_answer"],
+    }
+    if row.get("reply_to_username"):
+        data["reply_to_user"] = {
+            "username": row["reply_to_username"],
+            "avatar_template": avatar(row["reply_to_username"]),
+        }
+    if with_raw:
+        data["raw"] = row["raw"]
+    return data
+
+
+def webhook_post_json(row: Row, topic_posts_count: int) -> dict[str, Any]:
+    """WebHookPostSerializer: the post plus topic fields, ``raw``, and no tags."""
+    data = post_json(row, with_raw=True)
+    data.update(
+        {
+            "category_id": row["category_id"],
+            "category_slug": f"category-{row['category_id']}" if row["category_id"] is not None else None,
+            "topic_archetype": row["topic_archetype"],
+            "topic_posts_count": topic_posts_count,
+            "topic_filtered_posts_count": topic_posts_count,
+        }
+    )
+    data.pop("yours", None)
+    data.setdefault("reply_to_user", None)
+    return data
+
+
+def topic_json(topic: Row, posts: list[Row], *, viewer_id: int | None) -> dict[str, Any]:
+    """``/t/{id}.json``: the first chunk of the post stream and every post id in ``stream``."""
+    return {
+        "post_stream": {
+            "posts": [post_json(p, with_raw=False, viewer_id=viewer_id) for p in posts[:CHUNK_SIZE]],
+            "stream": [p["id"] for p in posts],
+        },
+        "id": topic["id"],
+        "title": topic["title"],
+        "fancy_title": topic["title"],
+        "posts_count": topic["posts_count"],
+        "created_at": as_iso(topic["created_at"]),
+        "visible": topic["visible"],
+        "closed": topic["closed"],
+        "archived": topic["archived"],
+        "archetype": topic["archetype"],
+        "slug": topic["slug"],
+        "category_id": topic["category_id"],
+        "tags": list(topic["tags"] or []),
+        "deleted_at": as_iso(topic["deleted_at"]),
+        "user_id": topic["user_id"],
+        "highest_post_number": topic["highest_post_number"] or 0,
+        "chunk_size": CHUNK_SIZE,
+        "details": {"can_edit": False, "notification_level": 1, "participants": []},
+    }
+
+
+def notification_json(row: Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "user_id": row["user_id"],
+        "notification_type": row["notification_type"],
+        "read": row["read"],
+        "high_priority": row["notification_type"] == 6,
+        "created_at": as_iso(row["created_at"]),
+        "post_number": row["post_number"],
+        "topic_id": row["topic_id"],
+        "fancy_title": row["data"].get("topic_title"),
+        "slug": row["slug"],
+        "data": row["data"],
+    }
+
+
+def site_setting_json(row: Row) -> dict[str, Any]:
+    return {
+        "setting": row["name"],
+        "description": row["description"],
+        "default": row["default_value"],
+        "type": row["type"],
+        "value": row["value"],
+        "category": "plugins",
+        "preview": None,
+        "secret": False,
+        "placeholder": None,
+        "mandatory_values": None,
+        "requires_confirmation": None,
+        "plugin": "discourse-citebot",
+    }

@@ -1,0 +1,250 @@
+"""PostgreSQL storage of the local forum, in its own ``forum`` schema of the database it is given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+Row = dict[str, Any]
+
+# The companion plugin's flags (SPEC §3.7): declared, boolean, off by default.
+CITEBOT_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("citebot_enabled", "Let citebot answer members who mention it."),
+    ("citebot_posts_pipeline", "Post-grain retrieval (pgvector + keyword fusion)."),
+    ("citebot_input_gate", "Deterministic intent gate before retrieval."),
+    ("citebot_rerank", "Cross-encoder rerank and evidence zones."),
+    ("citebot_post_links", "Cite posts (/t/slug/id/n) instead of topics."),
+)
+
+_POST_COLUMNS = (
+    "p.id, p.topic_id, p.post_number, p.user_id, p.username, p.raw, p.cooked, p.plain, p.post_type,"
+    " p.reply_to_post_number, p.version, p.hidden, p.deleted_at, p.user_deleted, p.accepted_answer,"
+    " p.created_at, p.updated_at, t.title AS topic_title, t.slug AS topic_slug, t.category_id,"
+    " t.archetype AS topic_archetype, ru.username AS reply_to_username, ru.user_id AS reply_to_user_id"
+)
+_POST_FROM = (
+    "forum.posts p JOIN forum.topics t ON t.id = p.topic_id"
+    " LEFT JOIN forum.posts ru ON ru.topic_id = p.topic_id AND ru.post_number = p.reply_to_post_number"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: int
+    username: str
+    admin: bool
+
+
+class ForumStore:
+    """Thread-safe access to the ``forum`` schema through a small connection pool."""
+
+    def __init__(self, database_url: str, *, pool_size: int = 8) -> None:
+        self.database_url = database_url
+        self.pool = ConnectionPool(
+            database_url, min_size=1, max_size=pool_size, kwargs={"row_factory": dict_row}, open=True
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Row]]:
+        with self.pool.connection() as conn:
+            yield conn  # type: ignore[misc]
+
+    def init_schema(self, *, reset: bool = False) -> None:
+        ddl = resources.files("eval.stack.forum").joinpath("schema.sql").read_text(encoding="utf-8")
+        with self.connection() as conn:
+            if reset:
+                conn.execute("DROP SCHEMA IF EXISTS forum CASCADE")
+            conn.execute(ddl)
+            for name, description in CITEBOT_SETTINGS:
+                conn.execute(
+                    "INSERT INTO forum.site_settings (name, type, value, default_value, description)"
+                    " VALUES (%s, 'bool', 'false', 'false', %s) ON CONFLICT (name) DO NOTHING",
+                    (name, description),
+                )
+
+    def meta(self) -> Row | None:
+        with self.connection() as conn:
+            return conn.execute("SELECT export, topics, posts, loaded_at FROM forum.meta").fetchone()
+
+    # -- users -----------------------------------------------------------------------------------
+
+    def user(self, username: str) -> User | None:
+        with self.connection() as conn:
+            row = conn.execute(
+                "SELECT id, username, admin FROM forum.users WHERE lower(username) = lower(%s)", (username,)
+            ).fetchone()
+        return User(int(row["id"]), str(row["username"]), bool(row["admin"])) if row else None
+
+    def ensure_user(self, username: str, *, admin: bool = False, user_id: int | None = None) -> User:
+        """The user named ``username``, created (with the next id, or ``user_id``) if missing."""
+        with self.connection() as conn:
+            row = conn.execute(
+                "INSERT INTO forum.users (id, username, admin)"
+                " VALUES (COALESCE(%s, nextval('forum.user_ids')), %s, %s)"
+                " ON CONFLICT (lower(username)) DO UPDATE SET admin = forum.users.admin OR EXCLUDED.admin"
+                " RETURNING id, username, admin",
+                (user_id, username, admin),
+            ).fetchone()
+        if row is None:  # pragma: no cover - RETURNING always yields a row
+            raise RuntimeError("insert returned nothing")
+        return User(int(row["id"]), str(row["username"]), bool(row["admin"]))
+
+    # -- topics and posts ------------------------------------------------------------------------
+
+    def topic(self, topic_id: int) -> Row | None:
+        counts = (
+            "(SELECT count(*) FROM forum.posts p WHERE p.topic_id = t.id AND p.deleted_at IS NULL)"
+            " AS posts_count,"
+            " (SELECT max(post_number) FROM forum.posts p WHERE p.topic_id = t.id) AS highest_post_number"
+        )
+        with self.connection() as conn:
+            return conn.execute(
+                f"SELECT t.*, {counts} FROM forum.topics t WHERE t.id = %s",  # noqa: S608
+                (topic_id,),
+            ).fetchone()
+
+    def topic_posts(self, topic_id: int, post_ids: Sequence[int] | None = None) -> list[Row]:
+        """Visible posts of a topic in stream order (all, or only ``post_ids``)."""
+        where = "p.topic_id = %s AND p.deleted_at IS NULL"
+        params: list[object] = [topic_id]
+        if post_ids is not None:
+            where += " AND p.id = ANY(%s)"
+            params.append(list(post_ids))
+        with self.connection() as conn:
+            return conn.execute(
+                f"SELECT {_POST_COLUMNS} FROM {_POST_FROM} WHERE {where} ORDER BY p.post_number",  # noqa: S608
+                params,
+            ).fetchall()
+
+    def post(self, post_id: int) -> Row | None:
+        with self.connection() as conn:
+            return conn.execute(
+                f"SELECT {_POST_COLUMNS} FROM {_POST_FROM} WHERE p.id = %s",  # noqa: S608
+                (post_id,),
+            ).fetchone()
+
+    def recent_identical(self, user_id: int, topic_id: int | None, raw: str, within_s: float) -> int | None:
+        """A post by ``user_id`` with this exact ``raw`` created within ``within_s`` (Discourse's dedupe)."""
+        with self.connection() as conn:
+            row = conn.execute(
+                "SELECT id FROM forum.posts WHERE user_id = %s AND raw = %s"
+                " AND (%s::bigint IS NULL OR topic_id = %s)"
+                " AND created_at > now() - make_interval(secs => %s) ORDER BY id LIMIT 1",
+                (user_id, raw, topic_id, topic_id, within_s),
+            ).fetchone()
+        return int(row["id"]) if row else None
+
+    def create_topic(
+        self, conn: psycopg.Connection[Row], user: User, title: str, slug: str, category_id: int | None,
+        archetype: str, allowed_user_ids: Sequence[int],
+    ) -> int:  # fmt: skip
+        row = conn.execute(
+            "INSERT INTO forum.topics (id, title, slug, category_id, archetype, user_id, allowed_user_ids)"
+            " VALUES (nextval('forum.topic_ids'), %s, %s, %s, %s, %s, %s) RETURNING id",
+            (title, slug, category_id, archetype, user.id, list(allowed_user_ids)),
+        ).fetchone()
+        if row is None:  # pragma: no cover - RETURNING always yields a row
+            raise RuntimeError("insert returned nothing")
+        return int(row["id"])
+
+    def insert_post(
+        self, conn: psycopg.Connection[Row], user: User, topic_id: int, raw: str, cooked: str, plain: str,
+        reply_to_post_number: int | None,
+    ) -> int:  # fmt: skip
+        """Insert the next post of ``topic_id`` (the topic row is locked so numbers never collide)."""
+        topic = conn.execute(
+            "SELECT title, tags FROM forum.topics WHERE id = %s FOR UPDATE", (topic_id,)
+        ).fetchone()
+        if topic is None:
+            raise LookupError(f"topic {topic_id} not found")
+        row = conn.execute(
+            "INSERT INTO forum.posts (id, topic_id, post_number, user_id, username, raw, cooked, plain,"
+            " reply_to_post_number, search_data)"
+            " SELECT nextval('forum.post_ids'), %s,"
+            " COALESCE((SELECT max(post_number) FROM forum.posts WHERE topic_id = %s), 0) + 1,"
+            " %s, %s, %s, %s, %s, %s,"
+            " setweight(to_tsvector('english', %s), 'A') || setweight(to_tsvector('english', %s), 'C')"
+            " || setweight(to_tsvector('english', %s), 'D')"
+            " RETURNING id",
+            (
+                topic_id, topic_id, user.id, user.username, raw, cooked, plain, reply_to_post_number,
+                topic["title"], " ".join(topic["tags"] or []), plain,
+            ),
+        ).fetchone()  # fmt: skip
+        if row is None:  # pragma: no cover - RETURNING always yields a row
+            raise RuntimeError("insert returned nothing")
+        return int(row["id"])
+
+    def add_notification(
+        self, conn: psycopg.Connection[Row], user_id: int, kind: int, post: Row, actor: User
+    ) -> None:
+        data = {
+            "topic_title": post["topic_title"],
+            "original_post_id": post["id"],
+            "original_post_type": post["post_type"],
+            "original_username": actor.username,
+            "revision_number": None,
+            "display_username": actor.username,
+        }
+        conn.execute(
+            "INSERT INTO forum.notifications"
+            " (user_id, notification_type, topic_id, post_number, post_id, data)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (
+                user_id,
+                kind,
+                post["topic_id"],
+                post["post_number"],
+                post["id"],
+                Jsonb(data),
+            ),
+        )
+
+    def notifications(self, user_id: int, limit: int = 60) -> list[Row]:
+        with self.connection() as conn:
+            return conn.execute(
+                "SELECT n.*, t.slug FROM forum.notifications n JOIN forum.topics t ON t.id = n.topic_id"
+                " WHERE n.user_id = %s ORDER BY n.id DESC LIMIT %s",
+                (user_id, limit),
+            ).fetchall()
+
+    def users_by_names(self, conn: psycopg.Connection[Row], names: Sequence[str]) -> list[User]:
+        rows = conn.execute(
+            "SELECT id, username, admin FROM forum.users WHERE lower(username) = ANY(%s)",
+            ([n.lower() for n in names],),
+        ).fetchall()
+        return [User(int(r["id"]), str(r["username"]), bool(r["admin"])) for r in rows]
+
+    # -- site settings ---------------------------------------------------------------------------
+
+    def site_settings(self, name_filter: str | None) -> list[Row]:
+        with self.connection() as conn:
+            return conn.execute(
+                "SELECT name, type, value, default_value, description FROM forum.site_settings"
+                " WHERE %s::text IS NULL OR name ILIKE '%%' || %s || '%%' ORDER BY name",
+                (name_filter, name_filter),
+            ).fetchall()
+
+    def set_site_setting(self, name: str, value: str) -> bool:
+        with self.connection() as conn:
+            cur = conn.execute("UPDATE forum.site_settings SET value = %s WHERE name = %s", (value, name))
+            return cur.rowcount == 1
+
+
+def as_iso(value: datetime | None) -> str | None:
+    """Discourse's timestamp format: ``2024-05-01T10:00:00.000Z``."""
+    if value is None:
+        return None
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
