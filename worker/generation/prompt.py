@@ -130,7 +130,7 @@ def build_prompt(
     zone: Zone,
     *,
     bot_name: str = "citebot",
-    forum_name: str = "this",
+    forum_name: str = "community",
     language: str | None = None,
     token_budget: int = 6000,
     count_tokens: TokenCounter | None = None,
