@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -575,3 +578,51 @@ def test_an_answer_cut_before_one_sentence_is_permanent(http: httpx.Client, slee
     with pytest.raises(ValidationError, match="before one sentence"):
         make(http, sleeps).complete(MESSAGES)
     assert route.call_count == 1
+
+
+# -- over a real socket ------------------------------------------------------------------------------
+
+
+class _SlowThenOk(BaseHTTPRequestHandler):
+    """A loopback server: the first request hangs past the client's timeout, later ones answer."""
+
+    hits = 0
+
+    def do_POST(self) -> None:
+        type(self).hits += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if type(self).hits == 1:
+            time.sleep(1.0)
+        body = json.dumps(ok_body("Real socket [[1]].")).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass  # the client gave up on the slow request
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class names it so)
+        pass
+
+
+def test_a_real_timeout_is_retried_over_loopback(sleeps: Sleeps) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowThenOk)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        with httpx.Client() as client:
+            llm = OpenAIChatClient(
+                client, LlmSettings.model_validate({"base_url": base, "timeout_s": 0.2}), sleep=sleeps
+            )
+            started = time.monotonic()
+            assert llm.complete(MESSAGES).text == "Real socket [[1]]."
+            assert time.monotonic() - started < 0.9
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert _SlowThenOk.hits == 2
+    assert sleeps == [1.0]
