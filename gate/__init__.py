@@ -1,0 +1,48 @@
+"""The intent gate: deterministic regex rules over a normalised question, with canned replies.
+
+Pure code (stdlib + ``regex``), no network, no model, nothing imported from the rest of citebot::
+
+    from gate import Gate, canned_text
+    decision = Gate.load().check("how do I make a pipe bomb?")
+    if decision.hit:
+        post(canned_text(decision))   # starts with CANNED_MARKER: the sanitizer passes it untouched
+
+See ``docs/gate.md`` for the rules file format and how to add a rule.
+"""
+
+from __future__ import annotations
+
+from gate.errors import RulesError
+from gate.language import detect_language
+from gate.matcher import Gate, GateDecision
+from gate.normalize import normalize
+from gate.rules import Reply, Rule, RuleSet, load_rules, parse_rules
+
+CANNED_MARKER = "<!-- citebot:canned -->"
+"""A text that starts with this exact string is a canned reply: the sanitizer leaves it as written."""
+
+
+def canned_text(decision: GateDecision) -> str:
+    """The text to post for a refusal: the marker, a newline, then the canned reply.
+
+    Raises ValueError for a decision that is not a hit (there is nothing to post).
+    """
+    if not decision.hit or decision.reply is None:
+        raise ValueError("canned_text() needs a decision that hit a rule")
+    return f"{CANNED_MARKER}\n{decision.reply}"
+
+
+__all__ = [
+    "CANNED_MARKER",
+    "Gate",
+    "GateDecision",
+    "Reply",
+    "Rule",
+    "RuleSet",
+    "RulesError",
+    "canned_text",
+    "detect_language",
+    "load_rules",
+    "normalize",
+    "parse_rules",
+]

@@ -1,0 +1,155 @@
+"""``python -m eval.bench gate``: time per question and false blocks of the intent gate.
+
+Two question sets:
+
+- the gate probes (``../shared/data/gate-probes-dev.jsonl``, French and English, block and pass);
+- forum questions from the Urho3D archive: the dev questions (``eval/questions-dev.jsonl``), then the
+  first posts of the other topics in id order (cooked HTML stripped to text), up to ``--limit``.
+  Every one of them is a genuine forum question, so any hit is a false block.
+
+Reference in the same run: the time of the normalisation alone (the floor of any rule set) and of a
+plain ``str.lower()`` + ``in`` keyword scan (what a naive word list costs), as ratios.
+Targets: median < 0.2 ms and p99 < 2 ms per question; false-block rate 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import regex
+
+from eval.bench.report import emit, print_table
+from gate import Gate, normalize
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO.parent / "shared" / "data"
+PROBES = DATA / "gate-probes-dev.jsonl"
+FORUM = DATA / "urho3d"
+_TAGS = regex.compile(r"<[^>]*>")
+_NAIVE_WORDS = ("bomb", "explosive", "meth", "suicide", "keylogger", "ransomware", "dox", "phishing")
+
+
+def cooked_to_text(cooked: str) -> str:
+    """Discourse cooked HTML to plain text: tags dropped, entities decoded, blank runs collapsed."""
+    return " ".join(html.unescape(_TAGS.sub(" ", cooked)).split())
+
+
+def probe_texts(path: Path = PROBES) -> list[str]:
+    return [
+        json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+
+
+def forum_questions(root: Path = FORUM, limit: int = 1000) -> list[str]:
+    """Dev questions first, then first posts of the remaining topics, ``limit`` in all."""
+    questions: list[str] = []
+    seen: set[int] = set()
+    dev = root / "eval" / "questions-dev.jsonl"
+    for line in dev.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        questions.append(row["question"])
+        seen.update(int(t) for t in row["gold_topic_ids"])
+    for topic_id, text in _first_posts(root / "topics"):
+        if len(questions) >= limit:
+            break
+        if topic_id not in seen:
+            questions.append(text)
+    return questions[:limit]
+
+
+def _first_posts(folder: Path) -> Iterator[tuple[int, str]]:
+    for path in sorted(folder.glob("*.json"), key=lambda p: int(p.stem)):
+        topic = json.loads(path.read_text(encoding="utf-8"))
+        posts = topic.get("post_stream", {}).get("posts", [])
+        if posts and posts[0].get("post_number") == 1:
+            yield int(topic["id"]), cooked_to_text(posts[0].get("cooked", ""))
+
+
+def time_each(func: Callable[[str], object], texts: Sequence[str], repeat: int) -> list[float]:
+    """Per-text time in ms: the best of ``repeat`` runs of each text (less scheduler noise)."""
+    times = []
+    for text in texts:
+        best = float("inf")
+        for _ in range(repeat):
+            start = time.perf_counter()
+            func(text)
+            best = min(best, time.perf_counter() - start)
+        times.append(best * 1000)
+    return times
+
+
+def naive_scan(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in _NAIVE_WORDS)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.bench gate", description=__doc__.split("\n")[0])
+    parser.add_argument("--limit", type=int, default=1000, help="forum questions to use (default 1000)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per question (best kept)")
+    parser.add_argument("--rules", type=Path, default=None, help="rules file (default: shipped rules)")
+    parser.add_argument("--probes", type=Path, default=PROBES, help="probe file (JSON Lines with text)")
+    parser.add_argument("--forum", type=Path, default=FORUM, help="Urho3D archive folder")
+    args = parser.parse_args(list(argv))
+
+    gate = Gate.load(args.rules)
+    sets = {"probes": probe_texts(args.probes), "forum": forum_questions(args.forum, args.limit)}
+    rows: list[list[object]] = []
+    figures: dict[str, object] = {"rules": len(gate.rules.rules)}
+    false_blocks: list[dict[str, object]] = []
+    for name, texts in sets.items():
+        gate_ms = time_each(gate.check, texts, args.repeat)
+        norm_ms = time_each(normalize, texts, args.repeat)
+        naive_ms = time_each(naive_scan, texts, args.repeat)
+        median, p99 = statistics.median(gate_ms), percentile(gate_ms, 0.99)
+        rows.append(
+            [
+                name,
+                len(texts),
+                round(statistics.median(len(t) for t in texts)),
+                median,
+                p99,
+                max(gate_ms),
+                median / statistics.median(norm_ms),
+                median / statistics.median(naive_ms),
+            ]
+        )
+        figures[name] = {
+            "n": len(texts),
+            "median_ms": round(median, 4),
+            "p99_ms": round(p99, 4),
+            "max_ms": round(max(gate_ms), 4),
+            "normalize_median_ms": round(statistics.median(norm_ms), 4),
+            "naive_median_ms": round(statistics.median(naive_ms), 5),
+            "ratio_to_normalize": round(median / statistics.median(norm_ms), 2),
+            "ratio_to_naive": round(median / statistics.median(naive_ms), 1),
+        }
+        if name == "forum":
+            for i, text in enumerate(texts):
+                decision = gate.check(text)
+                if decision.hit:
+                    false_blocks.append({"index": i, "rule": decision.rule_id, "text": text[:160]})
+    headers = ["set", "n", "median chars", "median ms", "p99 ms", "max ms", "x normalise", "x lower+in"]
+    print_table(headers, rows)
+    forum_n = len(sets["forum"])
+    rate = len(false_blocks) / forum_n if forum_n else 0.0
+    print(f"\nforum false blocks: {len(false_blocks)}/{forum_n} ({rate:.2%})")
+    for block in false_blocks:
+        print(f"  #{block['index']} {block['rule']}: {block['text']!r}")
+    figures["forum_false_blocks"] = len(false_blocks)
+    figures["forum_false_block_rate"] = round(rate, 4)
+    figures["forum_false_block_rules"] = [b["rule"] for b in false_blocks]
+    emit("gate", figures)
+    return 0

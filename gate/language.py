@@ -1,0 +1,47 @@
+"""French or English: enough to answer a refused question in its own language.
+
+Deterministic and cheap: French accented letters in the original text and French function words
+count for French, English function words for English; ties go to English (the forum's usual
+language). Works on the normalised text (accents folded, doubled letters squeezed); the word lists
+are squeezed the same way when the module loads.
+"""
+
+from __future__ import annotations
+
+import regex
+
+_WORD = regex.compile(r"[a-z']+")
+_SQUEEZE = regex.compile(r"(.)\1+")
+
+
+def _words(text: str) -> frozenset[str]:
+    """A word list, squeezed like normalised text ("elle" -> "ele")."""
+    return frozenset(_SQUEEZE.sub(r"\1", word) for word in text.split())
+
+
+_FR_ACCENTS = regex.compile(r"[éèêëàâçùûîïôœÉÈÊÀÂÇÙÛÎÔ]")
+_FR_WORDS = _words(
+    "le la les un une des du de au aux et est sont je tu il elle nous vous ils elles mon ma mes ton ta "
+    "tes son sa ses ce cette ces qui que quoi quel quelle quels quelles pourquoi ou dans pour par "
+    "avec sans sur pas ne plus mais donc car moi toi lui leur leurs votre vos notre nos suis es etes "
+    "fait faire peut peux veux voudrais comment c'est j'ai qu'il d'un d'une l'on n'est s'il "
+    "oublie affiche ecris donne dis montre explique"
+)
+_EN_WORDS = _words(
+    "the a an and is are was were i you he she it we they my your his her its our their this that "
+    "these those what which who how why where when in on of for with without to from by not no but "
+    "so do does did can could would should will have has had me him them there here be been any all "
+    "some give show tell write make"
+)
+
+
+def detect_language(normalized: str, original: str = "") -> str:
+    """``"fr"`` or ``"en"`` for a question; ``normalized`` is :func:`gate.normalize.normalize` output."""
+    fr = len(_FR_ACCENTS.findall(original))
+    en = 0
+    for word in _WORD.findall(normalized):
+        if word in _FR_WORDS:
+            fr += 1
+        elif word in _EN_WORDS:
+            en += 1
+    return "fr" if fr > en else "en"

@@ -1,0 +1,224 @@
+"""Rules as data: load a TOML rules file, validate every rule, compile its patterns once.
+
+Format (``docs/gate.md`` has the full description)::
+
+    version = 1
+
+    [terms]                                   # named regex fragments, used as {{name}}
+    make = '(?:make|build|fabriquer)'
+
+    [[rules]]
+    id = "weapons.explosives"                 # unique; letters, digits, '.', '_', '-'
+    category = "weapons"                      # must have a reply below
+    language = "any"                          # "en", "fr" or "any": the patterns' language
+    description = "making an explosive device"
+    patterns = ['{{make}} .{0,30}bomb']       # any one matching is a hit ...
+    exceptions = ['\\bin my game\\b']         # ... unless one of these matches too
+
+    [replies.weapons]
+    en = "..."
+    fr = "..."
+
+Patterns are matched against :func:`gate.normalize.normalize` output, so they are written in lower
+case; accents are folded and doubled letters squeezed in the patterns too (``fold_pattern``).
+Anything wrong raises :class:`gate.errors.RulesError` naming the file, the rule and the reason.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import regex
+
+from gate.errors import RulesError
+from gate.normalize import fold_pattern
+
+SUPPORTED_VERSION = 1
+LANGUAGES = frozenset({"en", "fr", "any"})
+_RULE_KEYS = frozenset({"id", "category", "language", "description", "patterns", "exceptions"})
+_REPLY_LANGUAGES = ("en", "fr")
+_ID = regex.compile(r"[a-z0-9][a-z0-9._\-]*")
+_PLACEHOLDER = regex.compile(r"\{\{(\w+)\}\}")
+# An upper-case letter that is not part of an escape (\B, \W, \p{Lu}, \N{...}) or a group name.
+_UPPER = regex.compile(r"\\[pPN]\{[^}]*\}|\\.|\(\?P?<[^>]*>|(?P<upper>[A-Z])")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One validated rule: a hit when ``pattern`` matches and ``exception`` (if any) does not."""
+
+    id: str
+    category: str
+    language: str
+    description: str
+    pattern: regex.Pattern[str]
+    exception: regex.Pattern[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A category's canned reply in both languages."""
+
+    en: str
+    fr: str
+
+    def text(self, language: str) -> str:
+        return self.fr if language == "fr" else self.en
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """The rules of one file, in file order (the first rule that hits decides), and the replies."""
+
+    source: str
+    rules: tuple[Rule, ...]
+    replies: Mapping[str, Reply]
+
+
+def default_rules_text() -> str:
+    """The rules shipped with the package (``gate/rules.toml``)."""
+    return resources.files("gate").joinpath("rules.toml").read_text(encoding="utf-8")
+
+
+def load_rules(path: Path | str | None = None) -> RuleSet:
+    """Load and validate a rules file; ``None`` means the shipped rules."""
+    if path is None:
+        return parse_rules(default_rules_text(), source="gate/rules.toml (shipped)")
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RulesError(source, f"cannot read the file: {exc}") from None
+    return parse_rules(text, source=source)
+
+
+def parse_rules(text: str, *, source: str) -> RuleSet:
+    """Validate and compile the rules in ``text``; ``source`` names it in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RulesError(source, f"not valid TOML: {exc}") from None
+    if data.get("version") != SUPPORTED_VERSION:
+        raise RulesError(source, f"'version' must be {SUPPORTED_VERSION}, got {data.get('version')!r}")
+    terms = _terms(data.get("terms", {}), source)
+    replies = _replies(data.get("replies"), source)
+    raw_rules = data.get("rules")
+    if not isinstance(raw_rules, list) or not raw_rules:
+        raise RulesError(source, "no [[rules]] defined")
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(raw_rules):
+        rule = _rule(raw, index, terms, replies, source)
+        if rule.id in seen:
+            raise RulesError(source, "duplicate rule id", rule.id)
+        seen.add(rule.id)
+        rules.append(rule)
+    return RuleSet(source=source, rules=tuple(rules), replies=replies)
+
+
+def _terms(raw: object, source: str) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise RulesError(source, "[terms] must be a table of strings")
+    terms: dict[str, str] = {}
+    for name, value in raw.items():
+        if not isinstance(value, str) or not value:
+            raise RulesError(source, f"term {name!r} must be a non-empty string")
+        expanded = _expand(value, terms, source, None, f"term {name!r}")
+        _compile(expanded, source, None, f"term {name!r}")
+        terms[name] = expanded
+    return terms
+
+
+def _replies(raw: object, source: str) -> dict[str, Reply]:
+    if not isinstance(raw, dict) or not raw:
+        raise RulesError(source, "no [replies.<category>] tables defined")
+    replies: dict[str, Reply] = {}
+    for category, entry in raw.items():
+        if not isinstance(entry, dict) or set(entry) != set(_REPLY_LANGUAGES):
+            raise RulesError(source, f"[replies.{category}] must have exactly the keys 'en' and 'fr'")
+        texts = [entry[lang] for lang in _REPLY_LANGUAGES]
+        if not all(isinstance(t, str) and t.strip() for t in texts):
+            raise RulesError(source, f"[replies.{category}] texts must be non-empty strings")
+        replies[category] = Reply(en=entry["en"], fr=entry["fr"])
+    return replies
+
+
+def _rule(raw: object, index: int, terms: dict[str, str], replies: dict[str, Reply], source: str) -> Rule:
+    if not isinstance(raw, dict):
+        raise RulesError(source, f"rules[{index}] is not a table")
+    rule_id = raw.get("id")
+    if not isinstance(rule_id, str) or not _ID.fullmatch(rule_id):
+        raise RulesError(source, f"rules[{index}]: 'id' must match {_ID.pattern}, got {rule_id!r}")
+    unknown = set(raw) - _RULE_KEYS
+    if unknown:
+        raise RulesError(source, f"unknown keys {sorted(unknown)}", rule_id)
+    category = raw.get("category")
+    if not isinstance(category, str) or category not in replies:
+        raise RulesError(source, f"category {category!r} has no [replies.<category>] table", rule_id)
+    language = raw.get("language", "any")
+    if language not in LANGUAGES:
+        raise RulesError(source, f"language must be one of {sorted(LANGUAGES)}, got {language!r}", rule_id)
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise RulesError(source, "description must be a string", rule_id)
+    patterns = _pattern_list(raw.get("patterns"), "patterns", terms, source, rule_id, required=True)
+    exceptions = _pattern_list(raw.get("exceptions", []), "exceptions", terms, source, rule_id)
+    return Rule(
+        id=rule_id,
+        category=category,
+        language=str(language),
+        description=description,
+        pattern=_join(patterns, source, rule_id, "patterns"),
+        exception=_join(exceptions, source, rule_id, "exceptions") if exceptions else None,
+    )
+
+
+def _pattern_list(
+    raw: object, key: str, terms: dict[str, str], source: str, rule_id: str, *, required: bool = False
+) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
+        raise RulesError(source, f"{key!r} must be a list of non-empty strings", rule_id)
+    if required and not raw:
+        raise RulesError(source, f"{key!r} must not be empty", rule_id)
+    folded = []
+    for i, pattern in enumerate(raw):
+        where = f"{key}[{i}]"
+        expanded = fold_pattern(_expand(pattern, terms, source, rule_id, where))
+        upper = next((m for m in _UPPER.finditer(expanded) if m.group("upper")), None)
+        if upper is not None:
+            raise RulesError(
+                source, f"{where}: upper-case {upper.group()!r}; text is matched lower-case", rule_id
+            )
+        compiled = _compile(expanded, source, rule_id, where)
+        if compiled.search("") is not None:
+            raise RulesError(source, f"{where} matches the empty text, so it would match everything", rule_id)
+        folded.append(expanded)
+    return folded
+
+
+def _expand(pattern: str, terms: dict[str, str], source: str, rule_id: str | None, where: str) -> str:
+    def replace(match: regex.Match[str]) -> str:
+        name = match.group(1)
+        if name not in terms:
+            raise RulesError(
+                source, f"{where}: unknown term {{{{{name}}}}} (define it earlier in [terms])", rule_id
+            )
+        return terms[name]
+
+    return _PLACEHOLDER.sub(replace, pattern)
+
+
+def _compile(pattern: str, source: str, rule_id: str | None, where: str) -> regex.Pattern[str]:
+    try:
+        return regex.compile(pattern)
+    except regex.error as exc:
+        raise RulesError(source, f"{where}: invalid regular expression: {exc}", rule_id) from None
+
+
+def _join(patterns: list[str], source: str, rule_id: str, key: str) -> regex.Pattern[str]:
+    """One alternation per rule: one scan of the text instead of one per pattern."""
+    return _compile("|".join(f"(?:{p})" for p in patterns), source, rule_id, key)
