@@ -1,0 +1,80 @@
+"""``[[n]]`` markers → links built from the evidence alone.
+
+Accepted forms (tolerant spacing, runs separated by nothing, spaces or one comma)::
+
+    [[1]]   [[ 1 ]]   [[1, 2]]   [[1;2]]   [[1 2]]   [[1]][[2]]   [[1]], [[2]]
+
+A run becomes ``[1](/t/slug/12/3), [2](/t/other/40/1)``. A number absent from the evidence is dropped;
+duplicates inside a run are collapsed. Our own output form ``[n](<link built for n>)`` is read back as a
+citation (that is what makes sanitising twice a no-op); a ``[n](...)`` whose target is not the link
+built for ``n`` is a forged citation and is dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sanitizer.evidence import EvidenceSource, LinkGrain
+
+_MARKER = r"\[\[[ \t]*\d{1,12}(?:[ \t]*[,;]?[ \t]*\d{1,12})*[ \t]*[,;]?[ \t]*\]\]"
+_TARGET = r"(?:https?://[A-Za-z0-9.:-]+(?:/[A-Za-z0-9._~-]+)*?)?/t/[a-z0-9-]+/\d{1,12}(?:/\d{1,12})?"
+_OWN = rf"\[\d{{1,12}}\]\({_TARGET}\)"
+_ONE = re.compile(rf"(?P<marker>{_MARKER})|\[(?P<n>\d{{1,12}})\]\((?P<target>{_TARGET})\)")
+_RUN = re.compile(
+    rf"(?P<lead>(?<![ \t])[ \t]*)(?P<run>(?:{_MARKER}|{_OWN})(?:[ \t]*,?[ \t]*(?:{_MARKER}|{_OWN}))*)"
+)
+_NUMBER = re.compile(r"\d{1,12}")
+_TIGHT = frozenset(".,;:!?)\n")
+
+
+@dataclass(slots=True)
+class CitationLog:
+    """What the resolver did, in order of appearance."""
+
+    cited: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+    forged: bool = False
+
+    def note(self, numbers: list[int], into: list[int]) -> None:
+        into.extend(n for n in numbers if n not in into)
+
+
+class CitationResolver:
+    """Resolves citation runs against one evidence list and link options."""
+
+    def __init__(self, evidence: Sequence[EvidenceSource], grain: LinkGrain, base_url: str) -> None:
+        self._links = {source.n: source.link(grain, base_url) for source in evidence}
+        self._known: dict[int, set[str]] = {}
+        for source in evidence:
+            forms = {source.link(g, b) for g in ("post", "topic") for b in {"", base_url}}
+            self._known[source.n] = forms
+        self.log = CitationLog()
+
+    def replace(self, text: str, slot: Callable[[str], str]) -> str:
+        """``text`` with every citation run replaced by ``slot(rendered links)``, or removed if empty."""
+        return _RUN.sub(lambda m: self._run(m, slot), text)
+
+    def _run(self, match: re.Match[str], slot: Callable[[str], str]) -> str:
+        numbers: list[int] = []
+        for part in _ONE.finditer(match.group("run")):
+            if part.group("marker") is not None:
+                found = [int(n) for n in _NUMBER.findall(part.group("marker"))]
+            else:
+                n, target = int(part.group("n")), part.group("target")
+                if target not in self._known.get(n, set()):
+                    self.log.forged = True
+                    self.log.note([n], self.log.dropped)
+                    continue
+                found = [n]
+            for n in found:
+                if n not in self._links:
+                    self.log.note([n], self.log.dropped)
+                elif n not in numbers:
+                    numbers.append(n)
+        if not numbers:
+            following = match.string[match.end() : match.end() + 1]
+            return "" if following == "" or following in _TIGHT else match.group("lead")
+        self.log.note(numbers, self.log.cited)
+        return match.group("lead") + slot(", ".join(f"[{n}]({self._links[n]})" for n in numbers))

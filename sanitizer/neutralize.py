@@ -1,0 +1,164 @@
+"""Passes that remove link-producing syntax from prose, keeping the words a reader needs.
+
+Each pass works on prose in which code spans, citation runs and backslash escapes are already private
+placeholder characters, so nothing here can reach inside them. Each returns the new text and adds a
+short reason code to ``reasons`` when it changed something. None of them needs to be perfect: whatever
+they miss is still made inert by the emitter (every ``[``, ``]``, ``<`` and backtick left in prose is
+escaped, and link-like words go into code spans). They exist so that the reply reads well.
+"""
+
+from __future__ import annotations
+
+import html.entities
+import re
+
+import bleach
+
+from sanitizer.text import clean_char
+
+# <scheme:...> and <user@host> (CommonMark autolinks): keep the address as text, the emitter wraps it.
+_AUTOLINK = re.compile(
+    r"<([A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]{0,2000})>"
+    r"|<([A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?)>"
+)
+
+# Discourse BBCode: the tags go, the words between them stay; images go entirely.
+_BBCODE_NAMES = (
+    "url|img|quote|email|b|i|u|s|code|size|color|colour|font|spoiler|details|summary|poll|date|"
+    "date-range|wrap|grid|chart|list|ul|ol|li|left|center|right|justify|table|tr|td|th|hr|br|youtube|"
+    "video|audio|iframe|embed|mention|hashtag|highlight|sup|sub|strike|event|calendar|template|kbd|blur|"
+    "avatar|upload|attachment|media|indent|h1|h2|h3|h4|h5|h6|spoil|noparse|anchor|topic|post|user|mail"
+)
+_BBCODE_IMAGE = re.compile(r"\[img(?:[= ][^\]\n]{0,500})?\][^\[]{0,2000}\[/img\]", re.IGNORECASE)
+_BBCODE_TAG = re.compile(rf"\[/?(?:{_BBCODE_NAMES})(?:[= ][^\[\]\n]{{0,500}})?\]", re.IGNORECASE)
+
+# [label]: destination — the whole line goes (Markdown reference definitions and footnote definitions).
+_DEFINITION = re.compile(r"^ {0,3}\[[^\[\]\n]{1,999}\]:[^\n]*(?:\n|$)", re.MULTILINE)
+
+# What CommonMark (and so markdown-it) treats as raw inline HTML; any other "<" is plain text.
+_VALUE = r"""(?:[^\s"'=<>`]{1,1000}|'[^']{0,1000}'|"[^"]{0,1000}")"""
+_ATTR = rf"(?:\s+[A-Za-z_:][A-Za-z0-9_.:-]{{0,64}}(?:\s*=\s*{_VALUE})?)"
+_HTML = re.compile(
+    rf"<(?:[A-Za-z][A-Za-z0-9-]{{0,64}}{_ATTR}{{0,64}}\s*/?>"
+    r"|/[A-Za-z][A-Za-z0-9-]{0,64}\s*>"
+    r"|!-->|!--->|!--[\s\S]{0,4000}?-->"
+    r"|\?[\s\S]{0,4000}?\?>"
+    r"|![A-Za-z][^>]{0,4000}>"
+    r"|!\[CDATA\[[\s\S]{0,4000}?\]\]>)"
+)
+_LT = re.compile("<")
+_ENTITY = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|([A-Za-z][A-Za-z0-9]{0,31}));")
+
+_MAX_DESTINATION = 2000
+_MAX_DEPTH = 32
+
+
+def strip_autolinks(text: str, reasons: set[str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        reasons.add("autolink")
+        return match.group(1) or match.group(2)
+
+    return _AUTOLINK.sub(replace, text)
+
+
+def strip_bbcode(text: str, reasons: set[str]) -> str:
+    stripped = _BBCODE_TAG.sub("", _BBCODE_IMAGE.sub("", text))
+    if stripped != text:
+        reasons.add("bbcode")
+    return stripped
+
+
+def strip_definitions(text: str, reasons: set[str]) -> str:
+    stripped = _DEFINITION.sub("", text)
+    if stripped != text:
+        reasons.add("reference-definition")
+    return stripped
+
+
+def strip_links(text: str, reasons: set[str]) -> str:
+    """``[text](dest)`` and ``[text][ref]`` → ``text``; ``![alt](dest)`` and ``![alt][ref]`` → nothing."""
+    brackets = _pairs(text, "[", "]")
+    parens = _pairs(text, "(", ")")
+    out: list[str] = []
+
+    def walk(lo: int, hi: int, depth: int) -> None:
+        i = lo
+        while i < hi:
+            close = brackets.get(i, hi)
+            if text[i] != "[" or close >= hi or depth >= _MAX_DEPTH:
+                out.append(text[i])
+                i += 1
+                continue
+            after = close + 1
+            end = parens.get(after, hi) if text[after : after + 1] == "(" else brackets.get(after, hi)
+            if end >= hi or (text[after] == "(" and not _plausible_destination(text[after + 1 : end])):
+                out.append(text[i])
+                i += 1
+                continue
+            if i > lo and text[i - 1] == "!":
+                out.pop()
+                reasons.add("image")
+            else:
+                reasons.add("link")
+                walk(i + 1, close, depth + 1)
+            i = end + 1
+
+    walk(0, len(text), 0)
+    return "".join(out)
+
+
+def strip_html(text: str, reasons: set[str]) -> str:
+    """Remove every HTML tag and comment with bleach (no tag allowed); other ``<`` become ``&lt;``.
+
+    Only what CommonMark would parse as HTML reaches bleach as markup, so prose such as ``a<b`` is not
+    swallowed as the start of a tag. The result is HTML-escaped text: ``decode_entities`` reads it back.
+    """
+    found = False
+
+    def guard(match: re.Match[str]) -> str:
+        nonlocal found
+        if _HTML.match(text, match.start()):
+            found = True
+            return "<"
+        return "&lt;"
+
+    guarded = _LT.sub(guard, text)
+    if found:
+        reasons.add("html")
+    return bleach.clean(
+        guarded, tags=frozenset(), attributes={}, protocols=frozenset(), strip=True, strip_comments=True
+    )
+
+
+def decode_entities(text: str) -> str:
+    """HTML character references → characters (as markdown-it shows them); forbidden ones dropped."""
+    return _ENTITY.sub(_decode, text)
+
+
+def _decode(match: re.Match[str]) -> str:
+    decimal, hexadecimal, name = match.groups()
+    if name is not None:
+        value = html.entities.html5.get(name + ";")
+        if value is None:
+            return match.group(0)
+        return "".join(clean_char(ch) for ch in value)
+    code = int(decimal) if decimal is not None else int(hexadecimal, 16)
+    if code == 0 or code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+        return "\ufffd"
+    return clean_char(chr(code))
+
+
+def _pairs(text: str, opening: str, closing: str) -> dict[int, int]:
+    """Offsets of each matched ``opening`` → its ``closing`` (nesting respected), in linear time."""
+    stack: list[int] = []
+    pairs: dict[int, int] = {}
+    for index, ch in enumerate(text):
+        if ch == opening:
+            stack.append(index)
+        elif ch == closing and stack:
+            pairs[stack.pop()] = index
+    return pairs
+
+
+def _plausible_destination(inside: str) -> bool:
+    return len(inside) <= _MAX_DESTINATION and "\n\n" not in inside

@@ -1,0 +1,95 @@
+"""Properties that must hold for every input: the security contract of SPEC §3.6."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sanitizer import CANNED_MARKER, sanitize
+from tests.sanitizer.oracle import audit, unsafe_tags
+from tests.sanitizer.strategies import EVIDENCE, any_texts, llm_texts
+
+POST_TARGETS = {source.link("post") for source in EVIDENCE}
+TOPIC_TARGETS = {source.link("topic", "https://forum.example.org") for source in EVIDENCE}
+
+texts = st.one_of(llm_texts, any_texts)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(texts)
+def test_only_evidence_links_no_html_no_live_mention(text: str) -> None:
+    result = sanitize(text, EVIDENCE, allow_canned=False)
+    assert result.ok or result.text == ""
+    assert audit(result.text, POST_TARGETS) == []
+    assert unsafe_tags(result.text, POST_TARGETS) == []
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(texts)
+def test_topic_links_with_base_url_are_the_only_links(text: str) -> None:
+    result = sanitize(text, EVIDENCE, links="topic", base_url="https://forum.example.org/", allow_canned=False)
+    assert audit(result.text, TOPIC_TARGETS) == []
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(texts)
+def test_idempotent(text: str) -> None:
+    once = sanitize(text, EVIDENCE, allow_canned=False)
+    twice = sanitize(once.text, EVIDENCE, allow_canned=False)
+    assert twice.text == once.text
+    if once.ok:
+        assert twice.ok
+        assert twice.dropped == ()
+        assert twice.cited == once.cited
+
+
+@settings(max_examples=200)
+@given(texts, st.sampled_from(["post", "topic"]), st.sampled_from([None, "", "http://localhost:4200"]))
+def test_never_raises_and_fails_closed(text: str, links: str, base_url: str | None) -> None:
+    result = sanitize(text, EVIDENCE, links=links, base_url=base_url)  # type: ignore[arg-type]
+    assert isinstance(result.text, str)
+    if not result.ok:
+        assert result.text == ""
+        assert result.reasons
+
+
+@settings(max_examples=100)
+@given(st.one_of(st.none(), st.integers(), st.binary(), st.lists(st.integers()), texts))
+def test_never_raises_on_wrong_types(junk: object) -> None:
+    result = sanitize(junk, junk)  # type: ignore[arg-type]
+    assert isinstance(result.ok, bool)
+    if not result.ok:
+        assert result.text == ""
+
+
+@settings(max_examples=100)
+@given(texts)
+def test_canned_text_passes_untouched(text: str) -> None:
+    canned = CANNED_MARKER + "\n" + text
+    assert sanitize(canned, EVIDENCE).text == canned
+    refused_marker = sanitize(canned, EVIDENCE, allow_canned=False)
+    assert audit(refused_marker.text, POST_TARGETS) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 50_000,
+        "`" * 30_000 + "a" + "``" * 10_000,
+        "<a " * 30_000,
+        "<!--" * 20_000,
+        " " * 90_000 + "[[1]]",
+        "[a](" * 20_000,
+        "a.co " * 19_000,
+        "@a " * 30_000,
+        "\u202e" * 50_000 + "evil.example",
+        "[[1]]" * 19_000,
+        "&#64;" * 19_000,
+        "~" * 90_000,
+    ],
+)
+def test_huge_adversarial_inputs_are_fast_and_safe(text: str) -> None:
+    result = sanitize(text, EVIDENCE)
+    assert audit(result.text, POST_TARGETS) == []
+    assert sanitize(result.text, EVIDENCE).text == result.text
