@@ -44,7 +44,8 @@ def write_export(folder: Path, topics: list[dict[str, object]] = TOPICS) -> Path
         tid = int(topic["id"])  # type: ignore[call-overload]
         posts = []
         raw_parts = []
-        for n, (username, text) in enumerate(topic["posts"], start=1):  # type: ignore[arg-type]
+        spec: list[tuple[str, str]] = topic["posts"]  # type: ignore[assignment]
+        for n, (username, text) in enumerate(spec, start=1):
             posts.append(
                 {
                     "id": tid * 100 + n,

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+import redis as redis_lib
+
+from tests.conftest import REDIS_NAMESPACE
+from worker import answers
+from worker.addressing import BotIdentity
+from worker.dedupe import dedupe_key
+from worker.domain import ForumPost, Notification
+from worker.errors import NotFoundError
+from worker.poller import poll_once
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+BOT = BotIdentity("citebot")
+
+
+class FakeForum:
+    """The bot's notifications and the posts behind them, in memory."""
+
+    def __init__(self) -> None:
+        self.notes: list[Notification] = []
+        self.posts: dict[int, ForumPost] = {}
+
+    def add(
+        self, post_id: int, raw: str, *, kind: str = "mentioned", age_s: int = 60, **fields: object
+    ) -> None:
+        self.notes.append(
+            Notification(
+                id=len(self.notes) + 1,
+                kind=kind,  # type: ignore[arg-type]
+                topic_id=9,
+                post_number=post_id % 100,
+                post_id=post_id,
+                created_at=(NOW - timedelta(seconds=age_s)).isoformat().replace("+00:00", "Z"),
+            )
+        )
+        base = ForumPost(
+            id=post_id, topic_id=9, post_number=post_id % 100, username="alice", user_id=4, raw=raw
+        )
+        self.posts[post_id] = dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+
+    def get_notifications(self) -> list[Notification]:
+        return list(self.notes)
+
+    def get_post(self, post_id: int) -> ForumPost:
+        if post_id not in self.posts:
+            raise NotFoundError("gone", status=404)
+        return self.posts[post_id]
+
+
+def run(forum: FakeForum, conn: psycopg.Connection, r: redis_lib.Redis, sent: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
+    return poll_once(
+        forum,
+        conn,
+        r,
+        lambda p, t, v: sent.append((p, t, v)),
+        bot=BOT,
+        namespace=REDIS_NAMESPACE,
+        lookback_s=3600,
+        dedupe_ttl_s=600,
+        now=NOW,
+    )
+
+
+def test_poll_enqueues_missed_questions_once(db_url: str, redis_url: str) -> None:
+    forum = FakeForum()
+    forum.add(101, "@citebot first question")
+    forum.add(102, "thanks!", kind="replied", reply_to_username="citebot")
+    forum.add(103, "@citebot old question", age_s=7200)
+    forum.add(104, "edited: no longer asks", kind="mentioned")
+    forum.add(105, "@citebot hidden", hidden=True)
+    forum.add(106, "@citebot liked", kind="other")
+    forum.notes.append(Notification(99, "mentioned", 9, 7, 107, NOW.isoformat()))  # post deleted since
+    r = redis_lib.Redis.from_url(redis_url)
+    sent: list[tuple[int, int, int]] = []
+    with psycopg.connect(db_url) as conn:
+        report = run(forum, conn, r, sent)
+        assert sorted(sent) == [(101, 9, 1), (102, 9, 1)]
+        assert (report.enqueued, report.too_old, report.not_addressed) == (2, 1, 3)
+        assert answers.get(conn, 101) is not None
+        assert answers.get(conn, 101).enqueued_by == "poller"  # type: ignore[union-attr]
+        again = run(forum, conn, r, sent)
+        assert (again.enqueued, again.answered) == (0, 2)
+    assert len(sent) == 2
+
+
+def test_poll_skips_posts_whose_webhook_is_in_flight(db_url: str, redis_url: str) -> None:
+    forum = FakeForum()
+    forum.add(201, "@citebot question")
+    r = redis_lib.Redis.from_url(redis_url)
+    r.set(dedupe_key(REDIS_NAMESPACE, "post_created", 201, 1), b"1", ex=60)
+    sent: list[tuple[int, int, int]] = []
+    with psycopg.connect(db_url) as conn:
+        report = run(forum, conn, r, sent)
+        assert (report.in_flight, report.enqueued, sent) == (1, 0, [])
+        assert answers.get(conn, 201) is None
+
+
+def test_failed_enqueue_leaves_no_row_and_no_key(db_url: str, redis_url: str) -> None:
+    forum = FakeForum()
+    forum.add(301, "@citebot question")
+    r = redis_lib.Redis.from_url(redis_url)
+
+    def broken(post_id: int, topic_id: int, version: int) -> None:
+        raise redis_lib.ConnectionError("queue down")
+
+    with psycopg.connect(db_url) as conn:
+        with pytest.raises(redis_lib.ConnectionError):
+            poll_once(
+                forum,
+                conn,
+                r,
+                broken,
+                bot=BOT,
+                namespace=REDIS_NAMESPACE,
+                lookback_s=3600,
+                dedupe_ttl_s=600,
+                now=NOW,
+            )
+        assert answers.get(conn, 301) is None
+        assert r.exists(dedupe_key(REDIS_NAMESPACE, "post_created", 301, 1)) == 0
+        sent: list[tuple[int, int, int]] = []
+        assert run(forum, conn, r, sent).enqueued == 1
