@@ -155,7 +155,8 @@ class CrossEncoderScorer:
             str(path), device="cpu", local_files_only=True, activation_fn=torch.nn.Identity()
         )
         self.model_id = path.name
-        self.max_input_length = int(self._model.max_length or 512)
+        limit = getattr(self._model, "max_seq_length", None)  # `max_length` before sentence-transformers 6
+        self.max_input_length = int(limit or 512)
         self._lock = threading.Lock()
 
     def logits(self, query: str, texts: Sequence[str]) -> list[float]:
