@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import regex
 
-_WORD = regex.compile(r"[a-z']+")
+_WORD = regex.compile(r"\w+")
 _SQUEEZE = regex.compile(r"(.)\1+")
 
 
@@ -24,7 +24,7 @@ _FR_WORDS = _words(
     "le la les un une des du de au aux et est sont je tu il elle nous vous ils elles mon ma mes ton ta "
     "tes son sa ses ce cette ces qui que quoi quel quelle quels quelles pourquoi ou dans pour par "
     "avec sans sur pas ne plus mais donc car moi toi lui leur leurs votre vos notre nos suis es etes "
-    "fait faire peut peux veux voudrais comment c'est j'ai qu'il d'un d'une l'on n'est s'il "
+    "fait faire peut peux veux voudrais comment "
     "oublie affiche ecris donne dis montre explique"
 )
 _EN_WORDS = _words(
@@ -37,11 +37,13 @@ _EN_WORDS = _words(
 
 def detect_language(normalized: str, original: str = "") -> str:
     """``"fr"`` or ``"en"`` for a question; ``normalized`` is :func:`gate.normalize.normalize` output."""
-    fr = len(_FR_ACCENTS.findall(original))
-    en = 0
-    for word in _WORD.findall(normalized):
-        if word in _FR_WORDS:
-            fr += 1
-        elif word in _EN_WORDS:
-            en += 1
+    return language_of(set(_WORD.findall(normalized)), original)
+
+
+def language_of(words: set[str], original: str = "") -> str:
+    """``"fr"`` or ``"en"`` from the set of distinct normalised words (and the original's accents)."""
+    fr = len(words & _FR_WORDS)
+    if not original.isascii():
+        fr += len(_FR_ACCENTS.findall(original))
+    en = len(words & _EN_WORDS)
     return "fr" if fr > en else "en"

@@ -13,17 +13,19 @@ Bounded work, never an exception for any input string:
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gate.language import detect_language
+from gate.language import language_of
 from gate.normalize import normalize
-from gate.rules import Rule, RuleSet, load_rules
+from gate.rules import Rule, RuleSet, TriggerGroup, load_rules
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MS = 50
 DEFAULT_MAX_CHARS = 4000
+_WORDS = re.compile(r"\w+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,10 @@ class Gate:
         self.rules = rules
         self.timeout_s = timeout_ms / 1000
         self.max_chars = max_chars
+        # Word-beginning lengths the prefix triggers need (see Rule.triggers).
+        self._head_lengths = tuple(
+            sorted({len(p) for rule in rules.rules for group in rule.triggers for p in group.prefixes})
+        )
 
     @classmethod
     def load(
@@ -71,9 +77,13 @@ class Gate:
         """Judge one question. Returns a decision; never raises for any string."""
         original = text[: self.max_chars]
         normalized = normalize(original)
-        language = detect_language(normalized, original)
+        words = set(_WORDS.findall(normalized))
+        heads = {word[:n] for word in words for n in self._head_lengths}
+        language = language_of(words, original)
         timed_out: list[str] = []
         for rule in self.rules.rules:
+            if not all(_satisfied(group, words, heads) for group in rule.triggers):
+                continue
             if self._hits(rule, normalized, timed_out):
                 reply = self.rules.replies[rule.category].text(language)
                 return GateDecision(True, rule.id, rule.category, language, reply, tuple(timed_out))
@@ -95,3 +105,7 @@ class Gate:
             log.warning("gate rule %s: exception timed out; counted as a hit", rule.id)
             timed_out.append(rule.id)
             return True
+
+
+def _satisfied(group: TriggerGroup, words: set[str], heads: set[str]) -> bool:
+    return not (group.words.isdisjoint(words) and group.prefixes.isdisjoint(heads))

@@ -22,29 +22,29 @@ Steps, in order (each undoes one trick used to slip a request past a word list):
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
-import regex
-
-_FORMAT = regex.compile(r"\p{Cf}+")
-_MARKS = regex.compile(r"\p{Mn}+")
-_SPACES = regex.compile(r"\s+")
+# Hot-path regexes use the stdlib engine (faster on these simple patterns); rules use ``regex``.
+_C = r"[\w@$€|!]"
 # Single characters split by one repeated separator: three or more with spaces ("b o m b"), two or
 # more with dots, dashes, underscores or asterisks ("b.o.m.b", "t.o"). The separator must be the same
 # along the run, so "h.o.w t.o" becomes "how to", not "howto".
-_C = r"[\w@$€|!]"
-_SPACED = regex.compile(
+_SPACED = re.compile(
     rf"(?<!{_C}){_C}(?: {_C}){{2,}}(?![\w@$€|])"
     rf"|(?<!{_C}){_C}(?P<sep>[._*\-]){_C}(?:(?P=sep){_C})*(?![\w@$€|])"
 )
-_SEPARATORS = regex.compile(r"[ ._*\-]")
+_SPACED_HINT = re.compile(rf"(?<!{_C}){_C}[ ._*\-]{_C}(?!{_C})")
+_SEPARATORS = re.compile(r"[ ._*\-]")
 # A token that uses leet symbols as letters: a digit or symbol between two letters ("b0mb", "m4ke"),
 # or a symbol before a letter at its start ("$tupid"). "c4", "x64", "3d" or "50" do not qualify.
-_LEET_TOKEN = regex.compile(
+_LEET_HINT = re.compile(r"[^\W\d_][\d@$€|!]+[^\W\d_]|[@$€][^\W\d_]")
+_LEET_TOKEN = re.compile(
     r"(?<![\w@$€|!])(?=[\w@$€|!]*?[^\W\d_][\d@$€|!]+[^\W\d_]|[@$€][^\W\d_])[\w@$€|!]*[\w@$€]"
 )
-_REPEATS = regex.compile(r"([^\W\d_])\1+")
-_PATTERN_REPEATS = regex.compile(r"(?<!\\)([^\W\d_])\1+")
+_REPEATS = re.compile(r"([^\W\d_])\1+")
+_PATTERN_REPEATS = re.compile(r"(?<!\\)([^\W\d_])\1+")
+_CACHE_LIMIT = 20_000
 
 _LETTERS = str.maketrans(
     {
@@ -86,7 +86,6 @@ _LETTERS = str.maketrans(
         "’": "'",
         "‘": "'",
         "ʼ": "'",
-        "`": "'",
         "´": "'",
         "‐": "-",
         "‑": "-",
@@ -101,20 +100,42 @@ _LEET = str.maketrans(
 )
 
 
+def _fold_char(char: str) -> str:
+    """One character case-folded, without accents or format controls, look-alikes made Latin."""
+    if unicodedata.category(char) == "Cf":
+        return ""
+    decomposed = unicodedata.normalize("NFD", char.casefold())
+    return "".join(c for c in decomposed if unicodedata.category(c) != "Mn").translate(_LETTERS)
+
+
+class _FoldTable(dict[int, str]):
+    """``str.translate`` table filled on first sight of each character (bounded), so folding a
+    question is one C-level pass instead of NFD + a regex per call."""
+
+    def __missing__(self, code: int) -> str:
+        folded = _fold_char(chr(code))
+        if len(self) < _CACHE_LIMIT:
+            self[code] = folded
+        return folded
+
+
+_FOLD = _FoldTable()
+
+
 def fold(text: str) -> str:
     """Steps 1-4: NFKC, format characters removed, case and accents folded, spaces collapsed."""
     text = unicodedata.normalize("NFKC", text)
-    text = _FORMAT.sub("", text).casefold()
-    if not text.isascii():
-        text = _MARKS.sub("", unicodedata.normalize("NFD", text)).translate(_LETTERS)
-    return _SPACES.sub(" ", text).strip()
+    text = text.lower() if text.isascii() else text.translate(_FOLD)
+    return " ".join(text.split())
 
 
 def normalize(text: str) -> str:
     """The canonical form the rules are matched against (all seven steps of the module docstring)."""
     text = fold(text)
-    text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
-    text = _LEET_TOKEN.sub(lambda m: m.group().translate(_LEET), text)
+    if _SPACED_HINT.search(text):
+        text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
+    if _LEET_HINT.search(text):
+        text = _LEET_TOKEN.sub(lambda m: m.group().translate(_LEET), text)
     return _REPEATS.sub(r"\1", text)
 
 
@@ -125,5 +146,5 @@ def fold_pattern(pattern: str) -> str:
     squeezed into the next one. Case is left alone: ``\\B`` and ``\\b`` differ; rules are validated
     to be lowercase instead.
     """
-    pattern = _MARKS.sub("", unicodedata.normalize("NFD", pattern)).translate(_LETTERS)
+    pattern = "".join(_FOLD[ord(c)] if c.isalpha() and not c.isascii() else c for c in pattern)
     return _PATTERN_REPEATS.sub(r"\1", pattern)

@@ -7,11 +7,15 @@ Format (``docs/gate.md`` has the full description)::
     [terms]                                   # named regex fragments, used as {{name}}
     make = '(?:make|build|fabriquer)'
 
+    [words]                                   # named word lists for triggers, used as "@name"
+    make = ["make", "build*", "fabriqu*"]
+
     [[rules]]
     id = "weapons.explosives"                 # unique; letters, digits, '.', '_', '-'
     category = "weapons"                      # must have a reply below
     language = "any"                          # "en", "fr" or "any": the patterns' language
     description = "making an explosive device"
+    triggers = [["@make"], ["bomb*", "explosive", "explosives"]]   # optional speed-up, see below
     patterns = ['{{make}} .{0,30}bomb']       # any one matching is a hit ...
     exceptions = ['\\bin my game\\b']         # ... unless one of these matches too
 
@@ -21,6 +25,12 @@ Format (``docs/gate.md`` has the full description)::
 
 Patterns are matched against :func:`gate.normalize.normalize` output, so they are written in lower
 case; accents are folded and doubled letters squeezed in the patterns too (``fold_pattern``).
+
+``triggers`` make the gate fast: a rule is tried only when, for every group, some word of the
+question is one of the group's words (``"bomb"``) or starts with one of its prefixes (``"bomb*"``;
+the first five letters count). A flat list is one group. They are a necessary condition the author
+asserts ("any text this rule can hit contains one of these words"); the tests check it on every
+labelled case. A rule without triggers is always tried.
 Anything wrong raises :class:`gate.errors.RulesError` naming the file, the rule and the reason.
 """
 
@@ -39,17 +49,32 @@ from gate.normalize import fold_pattern
 
 SUPPORTED_VERSION = 1
 LANGUAGES = frozenset({"en", "fr", "any"})
-_RULE_KEYS = frozenset({"id", "category", "language", "description", "patterns", "exceptions"})
+_RULE_KEYS = frozenset({"id", "category", "language", "description", "triggers", "patterns", "exceptions"})
+PREFIX_HEAD = 5
+"""Only the first five letters of a prefix trigger count: the gate compares them with word beginnings."""
 _REPLY_LANGUAGES = ("en", "fr")
 _ID = regex.compile(r"[a-z0-9][a-z0-9._\-]*")
+_TRIGGER = regex.compile(r"(?P<word>\w+)(?P<star>\*?)")
 _PLACEHOLDER = regex.compile(r"\{\{(\w+)\}\}")
 # An upper-case letter that is not part of an escape (\B, \W, \p{Lu}, \N{...}) or a group name.
 _UPPER = regex.compile(r"\\[pPN]\{[^}]*\}|\\.|\(\?P?<[^>]*>|(?P<upper>[A-Z])")
 
 
 @dataclass(frozen=True, slots=True)
+class TriggerGroup:
+    """Words (exact) and prefixes (at most ``PREFIX_HEAD`` letters); one of them must be present."""
+
+    words: frozenset[str]
+    prefixes: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
-    """One validated rule: a hit when ``pattern`` matches and ``exception`` (if any) does not."""
+    """One validated rule: a hit when ``pattern`` matches and ``exception`` (if any) does not.
+
+    ``triggers`` (folded like the text): when not empty, the rule is tried only on questions that
+    satisfy every group (a speed-up; see the module docstring).
+    """
 
     id: str
     category: str
@@ -57,6 +82,7 @@ class Rule:
     description: str
     pattern: regex.Pattern[str]
     exception: regex.Pattern[str] | None
+    triggers: tuple[TriggerGroup, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +131,7 @@ def parse_rules(text: str, *, source: str) -> RuleSet:
     if data.get("version") != SUPPORTED_VERSION:
         raise RulesError(source, f"'version' must be {SUPPORTED_VERSION}, got {data.get('version')!r}")
     terms = _terms(data.get("terms", {}), source)
+    words = _word_lists(data.get("words", {}), source)
     replies = _replies(data.get("replies"), source)
     raw_rules = data.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
@@ -112,7 +139,7 @@ def parse_rules(text: str, *, source: str) -> RuleSet:
     rules: list[Rule] = []
     seen: set[str] = set()
     for index, raw in enumerate(raw_rules):
-        rule = _rule(raw, index, terms, replies, source)
+        rule = _rule(raw, index, terms, words, replies, source)
         if rule.id in seen:
             raise RulesError(source, "duplicate rule id", rule.id)
         seen.add(rule.id)
@@ -147,7 +174,23 @@ def _replies(raw: object, source: str) -> dict[str, Reply]:
     return replies
 
 
-def _rule(raw: object, index: int, terms: dict[str, str], replies: dict[str, Reply], source: str) -> Rule:
+def _word_lists(raw: object, source: str) -> dict[str, list[str]]:
+    if not isinstance(raw, dict):
+        raise RulesError(source, "[words] must be a table of lists of strings")
+    for name, value in raw.items():
+        if not isinstance(value, list) or not value or not all(isinstance(w, str) for w in value):
+            raise RulesError(source, f"word list {name!r} must be a non-empty list of strings")
+    return raw
+
+
+def _rule(
+    raw: object,
+    index: int,
+    terms: dict[str, str],
+    words: dict[str, list[str]],
+    replies: dict[str, Reply],
+    source: str,
+) -> Rule:
     if not isinstance(raw, dict):
         raise RulesError(source, f"rules[{index}] is not a table")
     rule_id = raw.get("id")
@@ -165,6 +208,7 @@ def _rule(raw: object, index: int, terms: dict[str, str], replies: dict[str, Rep
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise RulesError(source, "description must be a string", rule_id)
+    triggers = _triggers(raw.get("triggers", []), words, source, rule_id)
     patterns = _pattern_list(raw.get("patterns"), "patterns", terms, source, rule_id, required=True)
     exceptions = _pattern_list(raw.get("exceptions", []), "exceptions", terms, source, rule_id)
     return Rule(
@@ -174,7 +218,48 @@ def _rule(raw: object, index: int, terms: dict[str, str], replies: dict[str, Rep
         description=description,
         pattern=_join(patterns, source, rule_id, "patterns"),
         exception=_join(exceptions, source, rule_id, "exceptions") if exceptions else None,
+        triggers=triggers,
     )
+
+
+def _triggers(
+    raw: object, words: dict[str, list[str]], source: str, rule_id: str
+) -> tuple[TriggerGroup, ...]:
+    if not isinstance(raw, list):
+        raise RulesError(source, "'triggers' must be a list of words or a list of lists of words", rule_id)
+    groups = raw if raw and all(isinstance(g, list) for g in raw) else [raw]
+    result = []
+    for group in groups:
+        if not group or not all(isinstance(t, str) for t in group):
+            raise RulesError(
+                source, "'triggers' must be a list of words or a list of lists of words", rule_id
+            )
+        exact: set[str] = set()
+        prefixes: set[str] = set()
+        for trigger in _expand_words(group, words, source, rule_id):
+            match = _TRIGGER.fullmatch(fold_pattern(trigger))
+            if match is None or match.group() != match.group().lower():
+                raise RulesError(
+                    source, f"trigger {trigger!r}: one lower-case word, optionally ending with '*'", rule_id
+                )
+            if match.group("star"):
+                prefixes.add(match.group("word")[:PREFIX_HEAD])
+            else:
+                exact.add(match.group("word"))
+        result.append(TriggerGroup(frozenset(exact), frozenset(prefixes)))
+    return tuple(result) if raw else ()
+
+
+def _expand_words(group: list[str], words: dict[str, list[str]], source: str, rule_id: str) -> list[str]:
+    expanded: list[str] = []
+    for trigger in group:
+        if trigger.startswith("@"):
+            if trigger[1:] not in words:
+                raise RulesError(source, f"unknown word list {trigger!r} (define it in [words])", rule_id)
+            expanded.extend(words[trigger[1:]])
+        else:
+            expanded.append(trigger)
+    return expanded
 
 
 def _pattern_list(
