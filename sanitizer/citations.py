@@ -17,14 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sanitizer.evidence import EvidenceSource, LinkGrain
+from sanitizer.text import CITE_BASE
 
-_MARKER = r"\[\[[ \t]*\d{1,12}(?:[ \t]*[,;]?[ \t]*\d{1,12})*[ \t]*[,;]?[ \t]*\]\]"
+_MARKER = r"\[\[[ \t]*\d{1,12}(?:(?:[ \t]*[,;][ \t]*|[ \t]+)\d{1,12})*[ \t]*(?:[,;][ \t]*)?\]\]"
 _TARGET = r"(?:https?://[A-Za-z0-9.:-]+(?:/[A-Za-z0-9._~-]+)*?)?/t/[a-z0-9-]+/\d{1,12}(?:/\d{1,12})?"
 _OWN = rf"\[\d{{1,12}}\]\({_TARGET}\)"
 _ONE = re.compile(rf"(?P<marker>{_MARKER})|\[(?P<n>\d{{1,12}})\]\((?P<target>{_TARGET})\)")
-_RUN = re.compile(
-    rf"(?P<lead>(?<![ \t])[ \t]*)(?P<run>(?:{_MARKER}|{_OWN})(?:[ \t]*,?[ \t]*(?:{_MARKER}|{_OWN}))*)"
-)
+_CITE = rf"(?:{_MARKER}|{_OWN})"
+_SEPARATOR = r"[ \t]*(?:,[ \t]*)?"
+_RUN = re.compile(rf"(?P<lead>(?<![ \t])[ \t]*)(?P<run>{_CITE}(?:{_SEPARATOR}{_CITE})*)")
+_MARKS = re.compile(rf"[{chr(CITE_BASE)}-\U0010fffd](?:{_SEPARATOR}[{chr(CITE_BASE)}-\U0010fffd])*")
 _NUMBER = re.compile(r"\d{1,12}")
 _TIGHT = frozenset(".,;:!?)\n")
 
@@ -51,12 +53,29 @@ class CitationResolver:
             forms = {source.link(g, b) for g in ("post", "topic") for b in {"", base_url}}
             self._known[source.n] = forms
         self.log = CitationLog()
+        self._marks: list[list[int]] = []
 
-    def replace(self, text: str, slot: Callable[[str], str]) -> str:
-        """``text`` with every citation run replaced by ``slot(rendered links)``, or removed if empty."""
-        return _RUN.sub(lambda m: self._run(m, slot), text)
+    def mark(self, text: str) -> str:
+        """``text`` with each citation run replaced by one mark character (removed if nothing is left).
 
-    def _run(self, match: re.Match[str], slot: Callable[[str], str]) -> str:
+        Marks are resolved by ``render`` once every other pass has run, so that runs which end up
+        side by side (``[[1]]<img>[[1]]``) are merged and de-duplicated exactly as a second pass would.
+        """
+        return _RUN.sub(self._run, text)
+
+    def render(self, text: str, slot: Callable[[str], str]) -> str:
+        """Each sequence of marks (separated by nothing, spaces or one comma) → ``slot(links)``."""
+        return _MARKS.sub(lambda m: self._render(m.group(0), slot), text)
+
+    def _render(self, marks: str, slot: Callable[[str], str]) -> str:
+        numbers: list[int] = []
+        for ch in marks:
+            if ord(ch) >= CITE_BASE:
+                numbers.extend(n for n in self._marks[ord(ch) - CITE_BASE] if n not in numbers)
+        self.log.note(numbers, self.log.cited)
+        return slot(", ".join(f"[{n}]({self._links[n]})" for n in numbers))
+
+    def _run(self, match: re.Match[str]) -> str:
         numbers: list[int] = []
         for part in _ONE.finditer(match.group("run")):
             if part.group("marker") is not None:
@@ -76,5 +95,5 @@ class CitationResolver:
         if not numbers:
             following = match.string[match.end() : match.end() + 1]
             return "" if following == "" or following in _TIGHT else match.group("lead")
-        self.log.note(numbers, self.log.cited)
-        return match.group("lead") + slot(", ".join(f"[{n}]({self._links[n]})" for n in numbers))
+        self._marks.append(numbers)
+        return match.group("lead") + chr(CITE_BASE + len(self._marks) - 1)

@@ -30,12 +30,14 @@ _SCHEMES = (
 )
 # A "name" character: not whitespace, not ASCII punctuation other than "_".
 _NAME = r"[^\s!-/:-@\[-^`{-~]"
+# Emphasis markers may sit in between (``@*admin*``, ``evil.*com*``): treated as transparent.
+_EM = r"[*_~]*"
 _URL = re.compile(
-    rf"//|(?<![A-Za-z0-9+.-])(?:{_SCHEMES}):(?=.)|www\.|{_NAME}\.(?:[^\W\d_]{{2}}|xn--)|\d{{1,3}}(?:\.\d{{1,3}}){{3}}",
+    rf"//|(?<![A-Za-z0-9+.-])(?:{_SCHEMES}):(?=.)|www\.|{_NAME}[*~]*\.{_EM}(?:[^\W\d_]{{2}}|xn--)|\d{{1,3}}(?:\.\d{{1,3}}){{3}}",
     re.IGNORECASE,
 )
-_MENTION = re.compile(rf"[@\uff20\ufe6b]{_NAME}")
-_HASHTAG = re.compile(rf"[#\uff03\ufe5f]{_NAME}")
+_MENTION = re.compile(rf"[@\uff20\ufe6b]{_EM}{_NAME}")
+_HASHTAG = re.compile(rf"[#\uff03\ufe5f]{_EM}{_NAME}")
 _WORD = re.compile(rf"[^\s|<>{chr(SLOT_BASE)}-\U0010ffff]+")
 _LEADING = "([{\"'*_~"
 _TRAILING = ".,;:!?)]}\"'*_~"

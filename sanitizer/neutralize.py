@@ -9,6 +9,7 @@ escaped, and link-like words go into code spans). They exist so that the reply r
 
 from __future__ import annotations
 
+import bisect
 import html.entities
 import re
 
@@ -38,15 +39,14 @@ _DEFINITION = re.compile(r"^ {0,3}\[[^\[\]\n]{1,999}\]:[^\n]*(?:\n|$)", re.MULTI
 # What CommonMark (and so markdown-it) treats as raw inline HTML; any other "<" is plain text.
 _VALUE = r"""(?:[^\s"'=<>`]{1,1000}|'[^']{0,1000}'|"[^"]{0,1000}")"""
 _ATTR = rf"(?:\s+[A-Za-z_:][A-Za-z0-9_.:-]{{0,64}}(?:\s*=\s*{_VALUE})?)"
-_HTML = re.compile(
-    rf"<(?:[A-Za-z][A-Za-z0-9-]{{0,64}}{_ATTR}{{0,64}}\s*/?>"
-    r"|/[A-Za-z][A-Za-z0-9-]{0,64}\s*>"
-    r"|!-->|!--->|!--[\s\S]{0,4000}?-->"
-    r"|\?[\s\S]{0,4000}?\?>"
-    r"|![A-Za-z][^>]{0,4000}>"
-    r"|!\[CDATA\[[\s\S]{0,4000}?\]\]>)"
+_TAG = re.compile(
+    rf"<(?:[A-Za-z][A-Za-z0-9-]{{0,64}}{_ATTR}{{0,64}}\s*/?>|/[A-Za-z][A-Za-z0-9-]{{0,64}}\s*>)"
 )
+# Comments, processing instructions, CDATA and declarations: an opener and the first closer after it.
+_SPANS = (("<!-->", ""), ("<!--->", ""), ("<!--", "-->"), ("<?", "?>"), ("<![CDATA[", "]]>"), ("<!", ">"))
 _LT = re.compile("<")
+_RAW_OPEN = re.compile(r"<(script|style)\b[^<>]{0,1000}>", re.IGNORECASE)
+_RAW_CLOSE = re.compile(r"</(script|style)\s*>", re.IGNORECASE)
 _ENTITY = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|([A-Za-z][A-Za-z0-9]{0,31}));")
 
 _MAX_DESTINATION = 2000
@@ -113,21 +113,62 @@ def strip_html(text: str, reasons: set[str]) -> str:
     Only what CommonMark would parse as HTML reaches bleach as markup, so prose such as ``a<b`` is not
     swallowed as the start of a tag. The result is HTML-escaped text: ``decode_entities`` reads it back.
     """
+    text = _drop_raw_text_elements(text)
+    closers = {closer: _offsets(text, closer) for _, closer in _SPANS if closer}
     found = False
 
     def guard(match: re.Match[str]) -> str:
         nonlocal found
-        if _HTML.match(text, match.start()):
+        if _is_html(text, match.start(), closers):
             found = True
             return "<"
         return "&lt;"
 
     guarded = _LT.sub(guard, text)
-    if found:
-        reasons.add("html")
+    if not found:
+        return guarded
+    reasons.add("html")
     return bleach.clean(
         guarded, tags=frozenset(), attributes={}, protocols=frozenset(), strip=True, strip_comments=True
     )
+
+
+def _is_html(text: str, at: int, closers: dict[str, list[int]]) -> bool:
+    for opener, closer in _SPANS:
+        if text.startswith(opener, at):
+            if opener == "<!" and not text[at + 2 : at + 3].isalpha():
+                break
+            offsets = closers.get(closer, [])
+            return not closer or bisect.bisect_left(offsets, at + len(opener)) < len(offsets)
+    return _TAG.match(text, at) is not None
+
+
+def _offsets(text: str, needle: str) -> list[int]:
+    offsets = []
+    at = text.find(needle)
+    while at != -1:
+        offsets.append(at)
+        at = text.find(needle, at + 1)
+    return offsets
+
+
+def _drop_raw_text_elements(text: str) -> str:
+    """``<script>``/``<style>`` elements go with their content (it is code, not words for a reader)."""
+    closes: dict[str, list[re.Match[str]]] = {"script": [], "style": []}
+    for match in _RAW_CLOSE.finditer(text):
+        closes[match.group(1).lower()].append(match)
+    starts = {name: [m.start() for m in found] for name, found in closes.items()}
+    kept: list[str] = []
+    done = 0
+    for opening in _RAW_OPEN.finditer(text):
+        name = opening.group(1).lower()
+        at = bisect.bisect_left(starts[name], opening.end())
+        if opening.start() < done or at == len(starts[name]):
+            continue
+        kept.append(text[done : opening.start()])
+        done = closes[name][at].end()
+    kept.append(text[done:])
+    return "".join(kept)
 
 
 def decode_entities(text: str) -> str:

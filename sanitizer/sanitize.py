@@ -155,14 +155,14 @@ def _prose(text: str, resolver: CitationResolver, slots: dict[str, Slot], reason
 
     source = "\n".join(extract_code_spans(line, lambda c: slot(c, code=True)) for line in text.split("\n"))
     source = protect_escapes(source)
-    source = resolver.replace(source, lambda links: slot(links, code=False))
+    source = resolver.mark(source)
     source = strip_autolinks(source, reasons)
     source = strip_definitions(source, reasons)
     source = strip_links(source, reasons)
     source = strip_bbcode(source, reasons)
     if "<" in source:
         source = strip_html(source, reasons)
-    raw = decode_entities(source)
+    raw = resolver.render(decode_entities(source), lambda links: slot(links, code=False))
     display = "".join(unescape_char(ch) for ch in raw)
     wraps = find_wraps(display)
     reasons.update(kind for _, _, kind in wraps)

@@ -17,10 +17,10 @@ ESC_BASE = 0xF000
 """``\\X`` (X an ASCII punctuation character) becomes ``chr(ESC_BASE + ord(X))``."""
 
 SLOT_BASE = 0xF0000
-"""Placeholder ``i`` (a code span or a citation run) is ``chr(SLOT_BASE + i)``."""
+"""Placeholder ``i`` (a code span or a rendered citation run) is ``chr(SLOT_BASE + i)`` (plane 15)."""
 
-MAX_SLOTS = 0xFFFE
-"""Plane 15 private use: U+F0000 to U+FFFFD."""
+CITE_BASE = 0x100000
+"""Citation run ``i`` is marked ``chr(CITE_BASE + i)`` until runs are merged and rendered."""
 
 # Characters removed from every input: C0/C1 controls but tab and newline, bidirectional overrides and
 # isolates (they disguise text), invisible zero-width characters (they hide a domain from the reader),
