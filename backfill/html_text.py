@@ -9,7 +9,8 @@
   whole token budget. Inline ``<code>`` is kept as is.
 - Images, emoji, the lightbox's file-name/size line, scripts and styles are dropped; link and mention
   text is kept (not the URL).
-- Block elements and ``<br>`` become line breaks; runs of spaces collapse; HTML entities are decoded.
+- Block elements and ``<br>`` become line breaks (blank lines dropped); runs of spaces and code
+  indentation collapse; HTML entities are decoded.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ _VOID = frozenset(
     {"br", "hr", "img", "input", "meta", "link", "source", "wbr", "area", "col", "embed", "param", "track"}
 )
 _SPACES = re.compile(r"[ \t\f\v\u00a0]+")
-_LINES = re.compile(r"\n\s*\n+")
 _TAG = re.compile(r"<[^>]*>")
 _SIMPLE_BLOCKS = re.compile(r"<(?:br\s*/?|/p|/li|/h\d|/div|/tr)>", re.IGNORECASE)
 
@@ -125,5 +125,6 @@ def html_to_text(cooked: str) -> str:
 
 
 def _tidy(text: str) -> str:
+    # One line per block, no blank lines: line breaks carry no meaning for the embedding model.
     lines = (_SPACES.sub(" ", line).strip() for line in text.split("\n"))
-    return _LINES.sub("\n\n", "\n".join(lines)).strip()
+    return "\n".join(line for line in lines if line)

@@ -10,7 +10,7 @@ read-only (``default_transaction_read_only``) and only reads the columns docs/ba
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -106,7 +106,10 @@ class DbSource:
 
 
 def _iso(value: Any) -> str | None:
-    return value.isoformat() if isinstance(value, datetime) else (str(value) if value else None)
+    # Discourse stores UTC in ``timestamp without time zone`` columns.
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    return str(value) if value else None
 
 
 def _post(r: tuple[Any, ...]) -> SourcePost:

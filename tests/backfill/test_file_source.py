@@ -1,0 +1,109 @@
+"""The ``file`` source on real topics of the Urho3D forum archive (/t/{id}.json exports)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from backfill.embedders import NullEmbedder
+from backfill.run import BackfillOptions, run_backfill
+from backfill.sources.file import FileSource, parse_raw
+from tests.services import ROOT
+from worker.errors import ConfigError
+from worker.settings import DatabaseSettings
+
+ARCHIVE = Path("/work/shared/data/urho3d")
+if not (ARCHIVE / "topics").is_dir():
+    ARCHIVE = ROOT.parent / "shared" / "data" / "urho3d"
+TOPICS = (100, 1000, 1036)  # 37 + 3 + 93 posts; 1036 holds a "posts were split" small action
+
+
+@pytest.fixture
+def export(tmp_path: Path) -> Path:
+    if not (ARCHIVE / "topics").is_dir():
+        pytest.skip("the Urho3D archive is not on this machine")
+    (tmp_path / "topics").mkdir()
+    (tmp_path / "raw").mkdir()
+    for tid in TOPICS:
+        shutil.copy(ARCHIVE / "topics" / f"{tid}.json", tmp_path / "topics" / f"{tid}.json")
+    shutil.copy(ARCHIVE / "raw" / "1000.md", tmp_path / "raw" / "1000.md")
+    return tmp_path
+
+
+def test_posts_come_in_ascending_id_order_across_topics_with_their_fields(export: Path) -> None:
+    source = FileSource(export)
+    batches = list(source.read(None, batch_size=50))
+    posts = [p for b in batches for p in b.posts]
+    ids = [p.post_id for p in posts]
+    assert len(posts) == 133 == source.estimate(None)
+    assert ids == sorted(ids)
+    assert batches[0].lo == 0
+    assert all(b.lo == a.hi + 1 for a, b in itertools.pairwise(batches))
+    fps = next(p for p in posts if p.post_id == 5793)
+    assert (fps.topic_id, fps.post_number, fps.topic_title, fps.category_id) == (
+        1000,
+        1,
+        "Simple FPS counter",
+        11,
+    )
+    assert fps.topic_slug == "simple-fps-counter"
+    assert fps.raw is not None
+    assert fps.raw.startswith("I added a simple FPS counter")
+    assert fps.category_name is None  # no categories.json: no name is made up
+    assert source.restricted_categories() is None
+    resumed = [p.post_id for b in source.read(ids[99], batch_size=50) for p in b.posts]
+    assert resumed == ids[100:]
+    assert source.estimate(ids[99]) == 33
+
+
+def test_backfill_of_real_topics_indexes_eligible_posts_and_honours_categories(
+    export: Path, db_url: str
+) -> None:
+    (export / "categories.json").write_text(
+        json.dumps(
+            {
+                "category_list": {
+                    "categories": [
+                        {"id": 9, "name": "Support", "read_restricted": False},
+                        {"id": 11, "name": "Staff", "read_restricted": True},
+                    ]
+                }
+            }
+        ),
+        "utf-8",
+    )
+    embedder = NullEmbedder(8, model="test-model")
+    options = BackfillOptions(page_size=40, batch_size=16, progress=False)
+    summary = run_backfill(DatabaseSettings(url=db_url), FileSource(export), embedder, options)  # type: ignore[call-arg]
+    assert summary.seen == 133
+    # Topics 1000 and 1036 are in category 11; the small action of 1036 fails on its post type first.
+    assert summary.reasons["restricted"] == 3 + 92
+    assert summary.reasons["post_type"] == 1
+    assert summary.embedded == 133 - summary.ineligible
+    with psycopg.connect(db_url) as conn:
+        topics = dict(conn.execute("SELECT topic_id, count(*) FROM post_index GROUP BY topic_id").fetchall())
+        text = conn.execute("SELECT text FROM post_index WHERE post_id = 434").fetchone()
+        restricted = conn.execute("SELECT array_agg(category_id) FROM restricted_categories").fetchone()
+        names = dict(conn.execute("SELECT category_id, name FROM category_names").fetchall())
+    assert topics == {100: summary.embedded}
+    assert text is not None
+    assert text[0].startswith("Autocompletion generator\nCategory: Support\n\n")
+    assert restricted == ([11],)
+    assert names == {9: "Support", 11: "Staff"}
+
+
+def test_missing_topics_folder_is_a_clear_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no topics/ folder"):
+        FileSource(tmp_path)
+
+
+def test_parse_raw_splits_posts_by_number() -> None:
+    text = (
+        "al | 2017-01-02 01:04:43 UTC | #1\n\nfirst\n\n-------------------------\n\nbo | x | #2\n\nsecond\n"
+    )
+    assert parse_raw(text) == {1: "first", 2: "second"}
