@@ -13,6 +13,8 @@ A built database is reused when its parameters match (``--rebuild`` forces a new
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from worker.settings import RetrievalSettings, Settings
 ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = ROOT / ".cache" / "pg-bench"
 DB_NAME = "citebot_bench_recall"
+BUILD_LOG = ROOT / ".cache" / "bench-recall-build.json"  # load/build times of the index kept for reuse
 MODEL = "bench-synthetic"
 CHUNK = 20_000
 RESTRICTED_CATEGORY = 1
@@ -127,7 +130,9 @@ def build(url: str, p: Params, rebuild: bool) -> tuple[np.ndarray, float, float]
             stored = row[0] if row else None
     if stored == p.key and not rebuild:
         print(f"reusing the built index ({p.key}); generating the same vectors again")
-        return np.concatenate(list(chunks(p))), 0.0, 0.0
+        built = json.loads(BUILD_LOG.read_text("utf-8")) if BUILD_LOG.exists() else {}
+        times = built.get(p.key, {})
+        return np.concatenate(list(chunks(p))), times.get("load_s", 0.0), times.get("build_s", 0.0)
     db_url = ensure_database(url, DB_NAME, fresh=True)
     settings = Settings.model_validate(
         {"database": {"url": db_url}, "embeddings": {"model": MODEL, "dimension": p.dim}}
@@ -185,6 +190,7 @@ def build(url: str, p: Params, rebuild: bool) -> tuple[np.ndarray, float, float]
         conn.execute("INSERT INTO bench_params VALUES (%s)", (p.key,))
     build_s = time.perf_counter() - t0
     print(f"index built in {build_s:.0f} s")
+    BUILD_LOG.write_text(json.dumps({p.key: {"load_s": load_s, "build_s": build_s}}), "utf-8")
     return vectors, load_s, build_s
 
 
@@ -323,6 +329,8 @@ def main(argv: list[str]) -> int:
             "results": results,
             "targets": {"p50_ms": 2.0, "p99_ms": 6.0, "recall_at_k": 0.95, "filtered_rows": args.k},
             "default_ef_search": default,
+            "load_average": round(os.getloadavg()[0], 2),
+            "cpus": os.cpu_count(),
         },
     )
     return 0
