@@ -9,16 +9,18 @@ accepted. ``/healthz``: process up; ``/readyz``: Redis answers; ``/metrics``: Pr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Protocol
 
 import dramatiq
 import pydantic
 import redis as redis_lib
+import redis.asyncio as aredis_lib
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
@@ -27,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from worker.addressing import BotIdentity, decide
-from worker.dedupe import dedupe_key, first_sighting, forget
+from worker.dedupe import dedupe_key
 from worker.domain import ForumPost
 from worker.settings import Settings
 
@@ -168,12 +170,13 @@ async def read_body(request: Request, limit: int) -> bytes:
 def create_app(
     settings: Settings,
     intake: Intake,
-    redis: redis_lib.Redis,
+    redis: aredis_lib.Redis,
     *,
     metrics: WebhookMetrics | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Starlette:
-    """The ASGI app. ``intake`` receives accepted ids; ``redis`` holds dedupe keys and answers /readyz."""
+    """The ASGI app. ``intake`` receives accepted ids; ``redis`` (an asyncio client, closed at shutdown)
+    holds the dedupe keys and answers /readyz. Only the enqueue itself is a blocking call."""
     secret = settings.discourse.webhook_secret.get_secret_value().encode("utf-8")
     if not secret:
         log.error("no webhook secret configured (CITEBOT_DISCOURSE__WEBHOOK_SECRET): every delivery gets 401")
@@ -194,18 +197,18 @@ def create_app(
         m.ack_seconds.observe(clock() - started)
         return JSONResponse({"status": detail, "outcome": outcome}, status_code=status)
 
-    def accept_question(post: WebhookPost, event: str) -> str:
+    async def accept_question(post: WebhookPost, event: str) -> str:
         decision = decide(post.to_domain(), bot)
         if not decision.addressed:
             log.debug("post %d ignored: %s", post.id, decision.reason)
             return decision.reason
         key = dedupe_key(namespace, event, post.id, post.version)
-        if not first_sighting(redis, key, ttl):
+        if not await redis.set(key, b"1", nx=True, ex=ttl):
             return "duplicate"
         try:
             intake.question(post.id, post.topic_id, post.version)
         except Exception:
-            forget(redis, key)
+            await redis.delete(key)
             raise
         log.info("question enqueued", extra={"post_id": post.id, "topic_id": post.topic_id})
         return "enqueued"
@@ -229,7 +232,7 @@ def create_app(
                 if event in POST_REFRESH_EVENTS:
                     intake.refresh_post(post.id, event)
                 if event in QUESTION_EVENTS:
-                    result = accept_question(post, event)
+                    result = await accept_question(post, event)
                     if event == "post_created" or result in ("enqueued", "duplicate"):
                         outcome = result
                 return done(started, outcome, 200)
@@ -249,7 +252,7 @@ def create_app(
 
     async def readyz(request: Request) -> Response:
         try:
-            redis.ping()
+            await redis.ping()
         except (redis_lib.RedisError, OSError) as exc:
             return JSONResponse({"status": "unavailable", "redis": type(exc).__name__}, status_code=503)
         return JSONResponse({"status": "ready"})
@@ -257,13 +260,19 @@ def create_app(
     async def metrics_view(request: Request) -> Response:
         return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await redis.aclose()
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route(WEBHOOK_PATH, receive, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics_view, methods=["GET"]),
-        ]
+        ],
     )
     app.state.metrics = m
     return app

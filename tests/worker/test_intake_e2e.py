@@ -14,6 +14,7 @@ import httpx
 import psycopg
 import pytest
 import redis as redis_lib
+import redis.asyncio as aredis_lib
 
 from eval.stack.forum.app import ForumApp, ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export
@@ -102,7 +103,7 @@ def stack(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
     webhook_app = create_app(
         make_settings(db_url, redis_url, discourse={"webhook_secret": SECRET}),
         DramatiqIntake(actors),
-        redis_lib.Redis.from_url(redis_url),
+        aredis_lib.Redis.from_url(redis_url),
     )
     with serve(webhook_app) as webhook_url:
         forum = create_forum_app(

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis as redis_lib
+import redis.asyncio as aredis_lib
 from starlette.testclient import TestClient
 
 from tests.conftest import REDIS_NAMESPACE, make_settings
@@ -25,7 +26,7 @@ def client(redis_url: str, intake: FakeIntake) -> Iterator[TestClient]:
         redis_url,
         discourse={"webhook_secret": SECRET, "bot_username": "citebot"},
     )
-    with TestClient(create_app(settings, intake, redis_lib.Redis.from_url(redis_url))) as c:
+    with TestClient(create_app(settings, intake, aredis_lib.Redis.from_url(redis_url))) as c:
         yield c
 
 
@@ -107,7 +108,7 @@ def test_signature_missing_or_wrong_is_401(client: TestClient, intake: FakeIntak
 def test_no_secret_configured_refuses_everything(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     settings = make_settings("postgresql://x@127.0.0.1/x", redis_url)
     intake = FakeIntake()
-    app = create_app(settings, intake, redis_lib.Redis.from_url(redis_url))
+    app = create_app(settings, intake, aredis_lib.Redis.from_url(redis_url))
     assert "no webhook secret" in caplog.text
     body = encode(post_payload())
     with TestClient(app) as c:
@@ -193,7 +194,7 @@ def test_readyz_is_503_when_redis_is_gone() -> None:
         "postgresql://x@127.0.0.1/x", "redis://127.0.0.1:1/0", discourse={"webhook_secret": SECRET}
     )
     app = create_app(
-        settings, FakeIntake(), redis_lib.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
+        settings, FakeIntake(), aredis_lib.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     )
     with TestClient(app) as c:
         assert c.get("/readyz").status_code == 503

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis as redis_lib
+import redis.asyncio as aredis_lib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
@@ -33,7 +34,9 @@ def harness(redis_server: str) -> Iterator[tuple[TestClient, FakeIntake]]:
     )
     intake = FakeIntake()
     r = redis_lib.Redis.from_url(redis_server)
-    with TestClient(create_app(s, intake, r), raise_server_exceptions=False) as client:
+    with TestClient(
+        create_app(s, intake, aredis_lib.Redis.from_url(redis_server)), raise_server_exceptions=False
+    ) as client:
         yield client, intake
     for key in r.scan_iter(match=f"{NAMESPACE}*"):
         r.delete(key)

@@ -24,7 +24,7 @@ def register(group: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import redis as redis_lib
+    import redis.asyncio as aredis_lib
     import uvicorn
 
     from worker.actors import DramatiqIntake, declare_actors
@@ -36,7 +36,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     broker = build_broker(settings.redis, settings.limits)
     actors = declare_actors(broker, RuntimeProvider(settings), settings.limits)
-    redis = redis_lib.Redis.from_url(settings.redis.url)
+    redis = aredis_lib.Redis.from_url(settings.redis.url)
     app = create_app(settings, DramatiqIntake(actors), redis)
     uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_config=None)
     return 0

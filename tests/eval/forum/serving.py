@@ -23,7 +23,7 @@ def serve(app: Any) -> Iterator[str]:
     """Serve ``app`` until the block ends; yields its base URL."""
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="off"
+        app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)

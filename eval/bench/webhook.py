@@ -1,0 +1,237 @@
+"""``python -m eval.bench webhook``: signed webhook deliveries per second and ack latency.
+
+The webhook app runs as ``citebot webhook serve`` (uvicorn) in a child process on loopback, against a
+Redis of its own (a ``redis-server`` child, unless ``--redis-url``). The load generator is a small
+asyncio HTTP/1.1 client on keep-alive connections (``--concurrency`` of them), sending pre-signed
+``post_created`` deliveries, each a distinct post that mentions the bot (so every one is verified,
+parsed, addressed, deduped and enqueued). Reference in the same run: ``GET /healthz`` with the same
+generator — the framework's floor — reported as a ratio. Afterwards the bench checks that nothing was
+lost: the queue holds exactly one message per accepted delivery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import redis as redis_lib
+
+from eval.bench.report import emit, print_table
+from eval.stack.redis import RedisServer, free_port
+from worker.webhook import WEBHOOK_PATH, sign
+
+SECRET = "bench-webhook-secret"  # noqa: S105 - a throwaway secret for a loopback bench
+TARGET_RPS = 1500.0
+TARGET_P99_MS = 25.0
+
+
+def delivery(post_id: int) -> bytes:
+    """One signed ``post_created`` request, as Discourse sends it."""
+    body = json.dumps(
+        {
+            "post": {
+                "id": post_id,
+                "name": "Member",
+                "username": "member",
+                "created_at": "2024-05-01T10:00:00.000Z",
+                "cooked": "<p>@citebot how do I enable shadows on a directional light?</p>",
+                "post_number": 2,
+                "post_type": 1,
+                "updated_at": "2024-05-01T10:00:00.000Z",
+                "reply_to_post_number": None,
+                "topic_id": 4242,
+                "topic_slug": "shadows",
+                "topic_title": "Shadows",
+                "category_id": 10,
+                "category_slug": "support",
+                "topic_archetype": "regular",
+                "user_id": 77,
+                "hidden": False,
+                "deleted_at": None,
+                "user_deleted": False,
+                "version": 1,
+                "raw": "@citebot how do I enable shadows on a directional light?\n\n"
+                "```\nlight.castShadows = true\n```",
+                "reply_to_user": None,
+            }
+        }
+    ).encode()
+    head = (
+        f"POST {WEBHOOK_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nX-Discourse-Instance: http://forum.local\r\n"
+        f"X-Discourse-Event-Id: {post_id}\r\nX-Discourse-Event-Type: post\r\n"
+        "X-Discourse-Event: post_created\r\n"
+        f"X-Discourse-Event-Signature: {sign(SECRET.encode(), body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def healthz() -> bytes:
+    return b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+
+async def _connection(
+    port: int, requests: list[bytes], cursor: list[int], latencies: list[float], statuses: list[int]
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while True:
+            i = cursor[0]
+            if i >= len(requests):
+                return
+            cursor[0] = i + 1
+            started = time.perf_counter()
+            writer.write(requests[i])
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            if length:
+                await reader.readexactly(length)
+            latencies.append(time.perf_counter() - started)
+            statuses.append(status)
+    finally:
+        writer.close()
+
+
+async def _load(port: int, requests: list[bytes], concurrency: int) -> tuple[float, list[float], list[int]]:
+    cursor = [0]
+    latencies: list[float] = []
+    statuses: list[int] = []
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(_connection(port, requests, cursor, latencies, statuses) for _ in range(concurrency))
+    )
+    return time.perf_counter() - started, latencies, statuses
+
+
+def run_load(port: int, requests: list[bytes], concurrency: int) -> dict[str, float]:
+    elapsed, latencies, statuses = asyncio.run(_load(port, requests, concurrency))
+    ordered = sorted(latencies)
+    return {
+        "requests": len(latencies),
+        "ok": sum(1 for s in statuses if s == 200),
+        "seconds": elapsed,
+        "rps": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(ordered),
+        "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "max_ms": 1000 * ordered[-1],
+    }
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"webhook server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=0.5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("webhook server did not become ready")
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.bench webhook", description=__doc__)
+    parser.add_argument(
+        "--deliveries", type=int, default=20_000, help="signed deliveries to send (default 20000)"
+    )
+    parser.add_argument("--concurrency", type=int, default=8, help="keep-alive connections (default 8)")
+    parser.add_argument("--redis-url", default=None, help="use this Redis instead of starting one")
+    parser.add_argument("--log-level", default="INFO", help="the server's CITEBOT_LOG_LEVEL (default INFO)")
+    args = parser.parse_args(list(argv))
+
+    namespace = f"bench-{os.getpid()}"
+    with tempfile.TemporaryDirectory(prefix="citebot-bench-") as tmp:
+        redis_server = None if args.redis_url else RedisServer(Path(tmp) / "redis")
+        redis_url = args.redis_url or redis_server.start()  # type: ignore[union-attr]
+        port = free_port()
+        env = {
+            **os.environ,
+            "CITEBOT_REDIS__URL": redis_url,
+            "CITEBOT_REDIS__NAMESPACE": namespace,
+            "CITEBOT_DISCOURSE__WEBHOOK_SECRET": SECRET,
+            "CITEBOT_DISCOURSE__BOT_USERNAME": "citebot",
+            "CITEBOT_LOG_LEVEL": args.log_level,
+        }
+        server = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "webhook", "serve", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        r = redis_lib.Redis.from_url(redis_url)
+        try:
+            _wait_ready(port, server)
+            base = 10_000_000
+            run_load(port, [delivery(base - i) for i in range(1, 501)], args.concurrency)  # warm-up
+            reference = run_load(port, [healthz()] * args.deliveries, args.concurrency)
+            requests = [delivery(base + i) for i in range(args.deliveries)]
+            measured = run_load(port, requests, args.concurrency)
+            replay = run_load(port, requests[:1000], args.concurrency)  # duplicates: acked, not enqueued
+            queued = int(
+                r.llen(f"{namespace}-tasks-tasks:questions") or r.llen(f"{namespace}-tasks:questions")
+            )
+        finally:
+            server.terminate()
+            server.wait(10)
+            for key in r.scan_iter(match=f"{namespace}*", count=5000):
+                r.delete(key)
+            r.close()
+            if redis_server is not None:
+                redis_server.stop()
+
+    accepted = int(measured["ok"]) + 500  # the warm-up deliveries are real, distinct questions too
+    lost = accepted - queued
+    print(
+        f"webhook bench: {args.deliveries} signed deliveries, concurrency {args.concurrency}, "
+        "uvicorn (asyncio + h11) on loopback"
+    )
+    route = "POST " + WEBHOOK_PATH
+    rows = [
+        [name, m["requests"], m["rps"], m["p50_ms"], m["p99_ms"], m["max_ms"]]
+        for name, m in (
+            (route + " (new)", measured),
+            (route + " (dup)", replay),
+            ("GET /healthz (ref)", reference),
+        )
+    ]
+    print_table(["route", "requests", "req/s", "p50 ms", "p99 ms", "max ms"], rows)
+    ratio = measured["rps"] / reference["rps"]
+    print(f"deliveries/s vs /healthz: {ratio:.2f}; queued {queued} of {accepted} accepted (lost {lost})")
+    passed = measured["rps"] >= TARGET_RPS and measured["p99_ms"] < TARGET_P99_MS and lost == 0
+    emit(
+        "webhook",
+        {
+            "concurrency": args.concurrency,
+            "deliveries": args.deliveries,
+            "deliveries_per_s": round(measured["rps"], 1),
+            "ack_p50_ms": round(measured["p50_ms"], 2),
+            "ack_p99_ms": round(measured["p99_ms"], 2),
+            "duplicate_per_s": round(replay["rps"], 1),
+            "healthz_per_s": round(reference["rps"], 1),
+            "ratio_to_healthz": round(ratio, 3),
+            "accepted": accepted,
+            "queued": queued,
+            "lost": lost,
+            "server_log_level": args.log_level,
+            "target": {"deliveries_per_s": TARGET_RPS, "ack_p99_ms": TARGET_P99_MS},
+            "passed": passed,
+        },
+    )
+    return 0 if lost == 0 else 1
