@@ -1,0 +1,153 @@
+"""Incremental updates (webhook events) on real PostgreSQL, with an in-memory forum."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+
+import psycopg
+import pytest
+
+from backfill.embedders import NullEmbedder
+from backfill.incremental import IndexDeps, refresh_post, refresh_topic, remove_post
+from backfill.run import BackfillOptions, run_backfill
+from backfill.sources import SourcePost
+from backfill.sources.memory import MemorySource
+from tests.backfill.conftest import TEST_MODEL
+from worker.db.connect import connect
+from worker.domain import ForumPost, ForumTopic, SearchHit
+from worker.errors import IndexMismatchError, NotFoundError
+from worker.settings import DatabaseSettings
+
+pytestmark = pytest.mark.integration
+
+
+class MemoryForum:
+    """The ``Forum`` protocol over dicts; what a test changes here is what the next call sees."""
+
+    def __init__(self, topics: dict[int, ForumTopic]) -> None:
+        self.topics = topics
+
+    def get_post(self, post_id: int) -> ForumPost:
+        for topic in self.topics.values():
+            for post in topic.posts:
+                if post.id == post_id:
+                    return post
+        raise NotFoundError(f"post {post_id}", service="forum", status=404)
+
+    def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
+        if topic_id not in self.topics:
+            raise NotFoundError(f"topic {topic_id}", service="forum", status=404)
+        return self.topics[topic_id]
+
+    def search(self, query: str, *, limit: int = 25) -> list[SearchHit]:
+        return []
+
+    def create_post(self, topic_id: int, raw: str, *, reply_to_post_number: int | None = None) -> ForumPost:
+        raise NotImplementedError
+
+    def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
+        return {}
+
+    def edit_post(self, post_id: int, **changes: object) -> None:
+        for tid, topic in self.topics.items():
+            posts = tuple(dataclasses.replace(p, **changes) if p.id == post_id else p for p in topic.posts)  # type: ignore[arg-type]
+            self.topics[tid] = dataclasses.replace(topic, posts=posts)
+
+
+def forum_topic(tid: int, n: int, *, category_id: int = 10) -> ForumTopic:
+    posts = tuple(
+        ForumPost(id=tid * 100 + i, topic_id=tid, post_number=i, username="al", user_id=1,
+                  cooked=f"<p>Post {i} of topic {tid}</p>", topic_slug=f"t{tid}", topic_title=f"Topic {tid}",
+                  category_id=category_id, updated_at="2024-01-01T00:00:00+00:00")
+        for i in range(1, n + 1)
+    )  # fmt: skip
+    return ForumTopic(
+        id=tid, title=f"Topic {tid}", slug=f"t{tid}", category_id=category_id, tags=("x",), posts=posts
+    )
+
+
+def as_source_posts(topic: ForumTopic) -> list[SourcePost]:
+    return [
+        SourcePost(post_id=p.id, topic_id=topic.id, post_number=p.post_number, topic_slug=topic.slug,
+                   topic_title=topic.title, category_id=topic.category_id, category_name="Support",
+                   tags=topic.tags, cooked=p.cooked, username=p.username, updated_at=p.updated_at)
+        for p in topic.posts
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def world(db_url: str) -> Iterator[tuple[MemoryForum, NullEmbedder, IndexDeps]]:
+    topics = {1: forum_topic(1, 3), 2: forum_topic(2, 2)}
+    embedder = NullEmbedder(8, model=TEST_MODEL)
+    posts = [p for t in topics.values() for p in as_source_posts(t)]
+    run_backfill(DatabaseSettings(url=db_url), MemorySource(posts), embedder, BackfillOptions(progress=False))  # type: ignore[call-arg]
+    embedder.history.clear()
+    forum = MemoryForum(topics)
+    with connect(DatabaseSettings(url=db_url)) as conn:  # type: ignore[call-arg]
+        yield forum, embedder, IndexDeps(forum, embedder, conn)
+
+
+def rows(db_url: str) -> dict[int, str]:
+    with psycopg.connect(db_url) as conn:
+        return dict(conn.execute("SELECT post_id, text FROM post_index").fetchall())
+
+
+def test_unchanged_post_costs_no_embedding(world: tuple, db_url: str) -> None:
+    _forum, embedder, deps = world
+    assert refresh_post(deps, 101, "post_edited") == "unchanged"
+    assert embedder.history == []
+
+
+def test_edited_post_is_re_embedded(world: tuple, db_url: str) -> None:
+    forum, embedder, deps = world
+    forum.edit_post(102, cooked="<p>Now with the fix</p>", updated_at="2024-05-01T00:00:00+00:00")
+    assert refresh_post(deps, 102, "post_edited") == "embedded"
+    assert rows(db_url)[102] == "Topic 1\nCategory: Support\nTags: x\n\nNow with the fix"
+    assert len(embedder.history) == 1
+
+
+def test_destroyed_hidden_and_vanished_posts_are_removed(world: tuple, db_url: str) -> None:
+    forum, embedder, deps = world
+    assert refresh_post(deps, 101, "post_destroyed") == "removed"
+    forum.edit_post(102, hidden=True)
+    assert refresh_post(deps, 102, "post_edited") == "removed"
+    assert refresh_post(deps, 999, "post_recovered") == "absent"
+    assert remove_post(deps, 103) is True
+    assert sorted(rows(db_url)) == [201, 202]
+    assert embedder.history == []
+
+
+def test_recovered_post_comes_back(world: tuple, db_url: str) -> None:
+    _forum, _embedder, deps = world
+    remove_post(deps, 201)
+    assert refresh_post(deps, 201, "post_recovered") == "embedded"
+    assert 201 in rows(db_url)
+
+
+def test_new_topic_title_re_embeds_the_topics_posts(world: tuple, db_url: str) -> None:
+    forum, _embedder, deps = world
+    forum.topics[1] = dataclasses.replace(forum.topics[1], title="Renamed topic")
+    result = refresh_topic(deps, 1, "topic_edited")
+    assert (result.embedded, result.unchanged, result.removed) == (3, 0, 0)
+    assert all(rows(db_url)[pid].startswith("Renamed topic\n") for pid in (101, 102, 103))
+    assert refresh_topic(deps, 2, "topic_edited").embedded == 0
+
+
+def test_topic_moved_into_a_restricted_category_leaves_the_index(world: tuple, db_url: str) -> None:
+    forum, _embedder, deps = world
+    with psycopg.connect(db_url) as conn:
+        conn.execute("INSERT INTO restricted_categories (category_id) VALUES (77)")
+    forum.topics[2] = dataclasses.replace(forum.topics[2], category_id=77)
+    result = refresh_topic(deps, 2, "topic_edited")
+    assert result.removed == 2
+    assert sorted(rows(db_url)) == [101, 102, 103]
+    del forum.topics[1]
+    assert refresh_topic(deps, 1, "topic_destroyed").removed == 3
+
+
+def test_another_model_is_refused(world: tuple, db_url: str) -> None:
+    _forum, _embedder, deps = world
+    other = dataclasses.replace(deps, embedder=NullEmbedder(8, model="other"))
+    with pytest.raises(IndexMismatchError):
+        refresh_post(other, 101, "post_edited")
