@@ -47,10 +47,16 @@ class Params:
     dim: int
     clusters: int
     seed: int
+    latent: int = 0
 
     @property
     def key(self) -> str:
-        return f"n={self.n} dim={self.dim} clusters={self.clusters} seed={self.seed} m=16 efc=64"
+        shape = f" latent={self.latent}" if self.latent else ""
+        return f"n={self.n} dim={self.dim} clusters={self.clusters} seed={self.seed}{shape} m=16 efc=64"
+
+    @property
+    def db_name(self) -> str:
+        return DB_NAME + (f"_latent{self.latent}" if self.latent else "")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -62,33 +68,55 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--ef", default="40,100,200", help="hnsw.ef_search values, comma-separated")
     ap.add_argument("--clusters", type=int, default=0, help="clusters (default n/250)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--latent", type=int, default=0, help="clusters in a LATENT-d subspace (default 0: isotropic, harder)"
+    )
     ap.add_argument("--brute-queries", type=int, default=20, help="queries timed on the numpy scan")
     ap.add_argument("--shared-buffers", default="3GB", help="server shared_buffers (index kept in memory)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the table and index even if they match")
     return ap.parse_args(argv)
 
 
-def chunks(p: Params) -> Iterator[np.ndarray]:
-    """The corpus, chunk by chunk: points around random centres, normalised, as float16 (halfvec)."""
+def _space(p: Params) -> tuple[np.random.Generator, np.ndarray, np.ndarray | None]:
+    """The clusters' centres (and, for the latent shape, the basis of the latent subspace)."""
     rng = np.random.default_rng(p.seed)
-    centres = _unit(rng.standard_normal((p.clusters, p.dim), dtype=np.float32))
-    # Noise of norm ~1 around a unit centre: a point's cosine to its centre is ~0.7, like real topics.
-    sigma = np.float32(1.0 / np.sqrt(p.dim))
+    if not p.latent:
+        return rng, _unit(rng.standard_normal((p.clusters, p.dim), dtype=np.float32)), None
+    centres = _unit(rng.standard_normal((p.clusters, p.latent), dtype=np.float32))
+    basis, _ = np.linalg.qr(rng.standard_normal((p.dim, p.latent)))
+    return rng, centres, basis.astype(np.float32)
+
+
+def _points(
+    p: Params, rng: np.random.Generator, centres: np.ndarray, basis: np.ndarray | None, size: int
+) -> np.ndarray:
+    """Unit points around random centres. Isotropic: noise of norm ~1 in all ``dim`` directions (a
+    point's cosine to its centre is ~0.7). Latent: the same in a ``latent``-d subspace, mapped into
+    ``dim`` dimensions, plus a little isotropic noise — closer to real text embeddings, whose intrinsic
+    dimension is far below their size."""
+    width = centres.shape[1]
+    which = rng.integers(0, p.clusters, size)
+    pts = centres[which] + np.float32(1.0 / np.sqrt(width)) * rng.standard_normal(
+        (size, width), dtype=np.float32
+    )
+    if basis is not None:
+        iso = np.float32(0.3 / np.sqrt(p.dim)) * rng.standard_normal((size, p.dim), dtype=np.float32)
+        pts = _unit(pts) @ basis.T + iso
+    return _unit(pts)
+
+
+def chunks(p: Params) -> Iterator[np.ndarray]:
+    """The corpus, chunk by chunk, as float16 (what halfvec stores)."""
+    rng, centres, basis = _space(p)
     for start in range(0, p.n, CHUNK):
-        size = min(CHUNK, p.n - start)
-        which = rng.integers(0, p.clusters, size)
-        pts = centres[which] + sigma * rng.standard_normal((size, p.dim), dtype=np.float32)
-        yield _unit(pts).astype(np.float16)
+        yield _points(p, rng, centres, basis, min(CHUNK, p.n - start)).astype(np.float16)
 
 
 def make_queries(p: Params, count: int) -> np.ndarray:
+    """New points from the same clusters, rounded like the stored vectors."""
+    _, centres, basis = _space(p)
     rng = np.random.default_rng(p.seed + 1)
-    centres = _unit(np.random.default_rng(p.seed).standard_normal((p.clusters, p.dim), dtype=np.float32))
-    sigma = np.float32(1.0 / np.sqrt(p.dim))
-    pts = centres[rng.integers(0, p.clusters, count)] + sigma * rng.standard_normal(
-        (count, p.dim), dtype=np.float32
-    )
-    return _unit(pts).astype(np.float16).astype(np.float32)
+    return _points(p, rng, centres, basis, count).astype(np.float16).astype(np.float32)
 
 
 def _unit(a: np.ndarray) -> np.ndarray:
@@ -121,7 +149,7 @@ def start_server(shared_buffers: str) -> tuple[EmbeddedPostgres, str]:
 
 def build(url: str, p: Params, rebuild: bool) -> tuple[np.ndarray, float, float]:
     """Load the corpus and build the index unless already there; return the vectors and the timings."""
-    db_url = ensure_database(url, DB_NAME)
+    db_url = ensure_database(url, p.db_name)
     with psycopg.connect(db_url, autocommit=True) as conn:
         have = conn.execute("SELECT to_regclass('bench_params') IS NOT NULL").fetchone()
         stored = None
@@ -133,7 +161,7 @@ def build(url: str, p: Params, rebuild: bool) -> tuple[np.ndarray, float, float]
         built = json.loads(BUILD_LOG.read_text("utf-8")) if BUILD_LOG.exists() else {}
         times = built.get(p.key, {})
         return np.concatenate(list(chunks(p))), times.get("load_s", 0.0), times.get("build_s", 0.0)
-    db_url = ensure_database(url, DB_NAME, fresh=True)
+    db_url = ensure_database(url, p.db_name, fresh=True)
     settings = Settings.model_validate(
         {"database": {"url": db_url}, "embeddings": {"model": MODEL, "dimension": p.dim}}
     )
@@ -190,14 +218,16 @@ def build(url: str, p: Params, rebuild: bool) -> tuple[np.ndarray, float, float]
         conn.execute("INSERT INTO bench_params VALUES (%s)", (p.key,))
     build_s = time.perf_counter() - t0
     print(f"index built in {build_s:.0f} s")
-    BUILD_LOG.write_text(json.dumps({p.key: {"load_s": load_s, "build_s": build_s}}), "utf-8")
+    built = json.loads(BUILD_LOG.read_text("utf-8")) if BUILD_LOG.exists() else {}
+    built[p.key] = {"load_s": load_s, "build_s": build_s}
+    BUILD_LOG.write_text(json.dumps(built), "utf-8")
     return vectors, load_s, build_s
 
 
-def with_db(url: str) -> str:
+def with_db(url: str, p: Params) -> str:
     from eval.stack.postgres import with_database
 
-    return with_database(url, DB_NAME)
+    return with_database(url, p.db_name)
 
 
 def exact(vectors: np.ndarray, queries: np.ndarray, k: int, mask: np.ndarray | None) -> np.ndarray:
@@ -260,12 +290,12 @@ def run_queries(
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    p = Params(args.n, args.dim, args.clusters or max(1, args.n // 250), args.seed)
+    p = Params(args.n, args.dim, args.clusters or max(1, args.n // 250), args.seed, args.latent)
     efs = [int(x) for x in args.ef.split(",")]
     server, url = start_server(args.shared_buffers)
     try:
         vectors, load_s, build_s = build(url, p, args.rebuild)
-        db_url = with_db(url)
+        db_url = with_db(url, p)
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
             conn.execute("SELECT pg_prewarm('post_index_embedding_hnsw'), pg_prewarm('post_index')")
@@ -316,9 +346,10 @@ def main(argv: list[str]) -> int:
         next(r for r in results if r["filter"] == "none" and r["ef_search"] == 100) if 100 in efs else None
     )
     emit(
-        "recall",
+        "recall" if not p.latent else f"recall-latent{p.latent}",
         {
             "n": p.n,
+            "shape": f"latent {p.latent}-d" if p.latent else "isotropic",
             "dim": p.dim,
             "clusters": p.clusters,
             "queries": args.queries,
