@@ -9,7 +9,7 @@ Steps, in order (each undoes one trick used to slip a request past a word list):
 2. Format characters removed: zero-width spaces and joiners, bidi embeddings/overrides/isolates,
    soft hyphens, BOMs (Unicode category ``Cf``).
 3. Case folding, then accent folding (NFD, combining marks dropped) and a few letters NFD leaves
-   alone (``œ``, ``æ``, ``ø``, ``ł``, ``đ``) and common Cyrillic/Greek look-alikes of Latin letters.
+   alone (``œ``, ``æ``, ``ø``, ``ł``, ``đ``); Cyrillic and Greek look-alikes become Latin letters.
 4. Typographic apostrophes and dashes mapped to ASCII; every run of whitespace becomes one space.
 5. Single letters separated by spaces, dots, dashes, underscores or asterisks re-joined
    (``b o m b``, ``b.o.m.b`` → ``bomb``; ``h.o.w t.o`` → ``how to``): one separator along a run,
@@ -43,7 +43,8 @@ _LEET_TOKEN = re.compile(
     r"(?<![\w@$€|!])(?=[\w@$€|!]*?[^\W\d_][\d@$€|!]+[^\W\d_]|[@$€][^\W\d_])[\w@$€|!]*[\w@$€]"
 )
 _REPEATS = re.compile(r"([^\W\d_])\1+")
-_PATTERN_REPEATS = re.compile(r"(?<!\\)([^\W\d_])\1+")
+# In a pattern: escapes (kept whole, so "\\bb" and "\\N{SMALL}" survive) or a run of one letter.
+_PATTERN_REPEATS = re.compile(r"\\[pPN]\{[^}]*\}|\\.|([^\W\d_])\1+")
 _CACHE_LIMIT = 20_000
 
 _LETTERS = str.maketrans(
@@ -56,32 +57,6 @@ _LETTERS = str.maketrans(
         "ð": "d",
         "þ": "th",
         "ı": "i",
-        # Cyrillic and Greek letters that look like Latin ones (after case folding).
-        "а": "a",
-        "в": "b",
-        "е": "e",
-        "к": "k",
-        "м": "m",
-        "н": "h",
-        "о": "o",
-        "р": "p",
-        "с": "c",
-        "т": "t",
-        "у": "y",
-        "х": "x",
-        "і": "i",
-        "ј": "j",
-        "ѕ": "s",
-        "α": "a",
-        "ε": "e",
-        "ι": "i",
-        "κ": "k",
-        "ν": "v",
-        "ο": "o",
-        "ρ": "p",
-        "τ": "t",
-        "υ": "u",
-        "χ": "x",
         # Typography.
         "’": "'",
         "‘": "'",
@@ -94,6 +69,15 @@ _LETTERS = str.maketrans(
         "—": "-",
     }
 )
+# Cyrillic and Greek letters that look like Latin ones, looked up before case folding (an upper-case
+# Greek "Ν" looks like "N", its lower case "ν" like "v").
+_LOOKALIKES = dict(
+    zip(
+        "АВЕКМНОРСТУХІЈЅаеорсухкмтнвіјѕΑΒΕΖΗΙΚΜΝΟΡΤΥΧαεικνορτυχ",
+        "abekmhopctyxijsaeopcyxkmthbijsabezhikmnoptyxaeikvoptux",
+        strict=True,
+    )
+)
 _LEET = str.maketrans(
     {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b", "@": "a", "$": "s", "€": "e"}
     | {"!": "i", "|": "l"}
@@ -104,6 +88,8 @@ def _fold_char(char: str) -> str:
     """One character case-folded, without accents or format controls, look-alikes made Latin."""
     if unicodedata.category(char) == "Cf":
         return ""
+    if char in _LOOKALIKES:
+        return _LOOKALIKES[char]
     decomposed = unicodedata.normalize("NFD", char.casefold())
     return "".join(c for c in decomposed if unicodedata.category(c) != "Mn").translate(_LETTERS)
 
@@ -112,14 +98,18 @@ class _FoldTable(dict[int, str]):
     """``str.translate`` table filled on first sight of each character (bounded), so folding a
     question is one C-level pass instead of NFD + a regex per call."""
 
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
     def __missing__(self, code: int) -> str:
         folded = _fold_char(chr(code))
-        if len(self) < _CACHE_LIMIT:
+        if len(self) < self.limit:
             self[code] = folded
         return folded
 
 
-_FOLD = _FoldTable()
+_FOLD = _FoldTable(_CACHE_LIMIT)
 
 
 def fold(text: str) -> str:
@@ -142,9 +132,9 @@ def normalize(text: str) -> str:
 def fold_pattern(pattern: str) -> str:
     """Fold a rule pattern like the text: accents removed and repeated letters squeezed.
 
-    A letter right after a backslash is an escape (``\\bb`` is ``\\b`` then ``b``) and is not
-    squeezed into the next one. Case is left alone: ``\\B`` and ``\\b`` differ; rules are validated
+    Escapes are left whole: ``\\bb`` is ``\\b`` then ``b``, and names in ``\\N{...}`` or
+    ``\\p{...}`` keep their letters. Case is left alone: ``\\B`` and ``\\b`` differ; rules are validated
     to be lowercase instead.
     """
     pattern = "".join(_FOLD[ord(c)] if c.isalpha() and not c.isascii() else c for c in pattern)
-    return _PATTERN_REPEATS.sub(r"\1", pattern)
+    return _PATTERN_REPEATS.sub(lambda m: m.group(1) or m.group(), pattern)

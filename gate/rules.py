@@ -227,7 +227,9 @@ def _triggers(
 ) -> tuple[TriggerGroup, ...]:
     if not isinstance(raw, list):
         raise RulesError(source, "'triggers' must be a list of words or a list of lists of words", rule_id)
-    groups = raw if raw and all(isinstance(g, list) for g in raw) else [raw]
+    if not raw:
+        return ()
+    groups = raw if all(isinstance(g, list) for g in raw) else [raw]
     result = []
     for group in groups:
         if not group or not all(isinstance(t, str) for t in group):
@@ -247,7 +249,7 @@ def _triggers(
             else:
                 exact.add(match.group("word"))
         result.append(TriggerGroup(frozenset(exact), frozenset(prefixes)))
-    return tuple(result) if raw else ()
+    return tuple(result)
 
 
 def _expand_words(group: list[str], words: dict[str, list[str]], source: str, rule_id: str) -> list[str]:

@@ -1,0 +1,79 @@
+"""Table-driven: every labelled question gets the expected decision from the shipped rules.
+
+- ``cases.jsonl``: French and English, block and pass, obfuscations and benign look-alikes;
+- ``heldout.jsonl``: other wordings of the same intents, written apart from the rules;
+- ``../shared/data/gate-probes-dev.jsonl`` (the project's probe file, beside the clone): every
+  ``block`` probe hits and at most one ``pass`` probe does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gate import Gate, RuleSet
+
+HERE = Path(__file__).parent
+PROBES = Path(__file__).parents[2].parent / "shared" / "data" / "gate-probes-dev.jsonl"
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+CASES = load(HERE / "cases.jsonl")
+HELDOUT = load(HERE / "heldout.jsonl")
+
+
+@pytest.fixture(scope="module")
+def gate() -> Gate:
+    return Gate.load()
+
+
+def test_labelled_files_are_well_formed() -> None:
+    for rows in (CASES, HELDOUT):
+        ids = [row["id"] for row in rows]
+        assert len(ids) == len(set(ids))
+        assert {row["expect"] for row in rows} == {"block", "pass"}
+        assert all(("category" in row) == (row["expect"] == "block") for row in rows)
+    blocked = {row["category"] for row in CASES if row["expect"] == "block"}
+    assert len(blocked) == 9
+
+
+@pytest.mark.parametrize("case", CASES + HELDOUT, ids=lambda case: str(case["id"]))
+def test_labelled_case(gate: Gate, case: dict[str, Any]) -> None:
+    decision = gate.check(case["text"])
+    if case["expect"] == "block":
+        assert decision.hit, case["text"]
+        assert decision.category == case["category"]
+        assert decision.reply == gate.rules.replies[case["category"]].text(decision.language)
+    else:
+        assert not decision.hit, f"{case['text']!r} hit {decision.rule_id}"
+        assert (decision.rule_id, decision.category, decision.reply) == (None, None, None)
+
+
+def test_dev_probes() -> None:
+    probes = load(PROBES)
+    gate = Gate.load()
+    missed = [p["id"] for p in probes if p["expect"] == "block" and not gate.check(p["text"]).hit]
+    false_hits = [p["id"] for p in probes if p["expect"] == "pass" and gate.check(p["text"]).hit]
+    assert missed == []
+    assert len(false_hits) <= 1, false_hits
+    assert sum(p["expect"] == "block" for p in probes) >= 30
+
+
+def test_triggers_never_change_a_decision(gate: Gate) -> None:
+    """Triggers only skip rules that could not hit: the same decisions without them."""
+    plain = RuleSet(
+        source=gate.rules.source,
+        rules=tuple(dataclasses.replace(rule, triggers=()) for rule in gate.rules.rules),
+        replies=gate.rules.replies,
+    )
+    without = Gate(plain)
+    texts = [row["text"] for row in CASES + HELDOUT + load(PROBES)]
+    for text in texts:
+        assert gate.check(text) == without.check(text), text

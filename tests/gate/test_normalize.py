@@ -1,0 +1,77 @@
+"""Normalisation: each trick used to slip a word past a pattern is undone, and ordinary text survives."""
+
+from __future__ import annotations
+
+import pytest
+
+from gate.normalize import _FoldTable, fold, fold_pattern, normalize
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # NFKC: full-width letters and ligatures.
+        ("Ｂｏｍｂ", "bomb"),
+        ("ﬁle", "file"),
+        # Case folding and accent folding.
+        ("COMMENT Fabriquer", "coment fabriquer"),
+        ("Écris à l'élève", "ecris a l'eleve"),
+        ("Straße", "strase"),
+        ("cœur ØRE łódź", "coeur ore lodz"),
+        # Cyrillic and Greek look-alikes.
+        ("bоmb ΒΟΜΒ Νοt", "bomb bomb not"),
+        # Zero-width, bidi controls, soft hyphens, combining marks left alone.
+        ("bo\u200bm\u200db", "bomb"),
+        ("\u202ebomb\u202c \u2066x\u2069", "bomb x"),
+        ("ex\u00adplosive", "explosive"),
+        ("b\u0301omb", "bomb"),
+        # Typography and whitespace.
+        ("l’adresse — ok", "l'adrese - ok"),
+        ("ab\t\tcd\n\nef  ", "ab cd ef"),
+        # Spaced and dotted letters re-joined, one separator per run.
+        ("b o m b", "bomb"),
+        ("b.o.m.b", "bomb"),
+        ("b-o-m-b and b_o_m_b and b*o*m*b", "bomb and bomb and bomb"),
+        ("h.o.w t.o m.a.k.e", "how to make"),
+        ("a b", "a b"),
+        ("il y a un bug", "il y a un bug"),
+        # Leetspeak inside words only.
+        ("h0w to m4ke a b0mb", "how to make a bomb"),
+        # A digit at the end of a word is not leet: "t0" stays, like "c4".
+        ("t0", "t0"),
+        ("$tupid k1ll", "stupid kil"),
+        ("50 euros, x64, c4, urho3d 2024", "50 euros, x64, c4, urhoed 2024"),
+        ("kill!! now|", "kil!! now|"),
+        # Repeated letters squeezed, digits kept.
+        ("boooommmb 1000", "bomb 1000"),
+        ("", ""),
+    ],
+)
+def test_normalize(text: str, expected: str) -> None:
+    assert normalize(text) == expected
+
+
+def test_normalize_is_idempotent_on_its_output() -> None:
+    for text in ["H0W to m4ke a b.o.m.b", "Comment f a b r i q u e r", "Ｂｏｏｍｂ\u200b!"]:
+        once = normalize(text)
+        assert normalize(once) == once
+
+
+def test_fold_keeps_letters_that_are_doubled() -> None:
+    assert fold("Kill ALL") == "kill all"
+    assert fold("Élève") == "eleve"
+
+
+def test_fold_pattern_folds_like_the_text_but_keeps_escapes() -> None:
+    assert fold_pattern("fabriqué|tuer|kill|adresse") == "fabrique|tuer|kil|adrese"
+    assert fold_pattern(r"\bbomb") == r"\bbomb"
+    assert fold_pattern(r"\N{LATIN SMALL LETTER A}\p{Ll}") == r"\N{LATIN SMALL LETTER A}\p{Ll}"
+    assert fold_pattern("écolé") == "ecole"
+
+
+def test_fold_table_stops_caching_at_its_limit() -> None:
+    table = _FoldTable(limit=1)
+    assert "É".translate(table) == "e"
+    assert "Ü".translate(table) == "u"
+    assert "É\u200b".translate(table) == "e"
+    assert len(table) == 1

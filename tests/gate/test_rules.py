@@ -1,0 +1,198 @@
+"""Loading rules files: the shipped file is valid, and every kind of broken file fails at load with the
+file, the rule id and the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gate import Gate, RulesError, load_rules, parse_rules
+from gate.rules import PREFIX_HEAD, TriggerGroup
+
+REPLIES = """
+[replies.weapons]
+en = "No."
+fr = "Non."
+"""
+
+RULE = """
+[[rules]]
+id = "weapons.test"
+category = "weapons"
+language = "en"
+description = "test rule"
+patterns = ['make\\W+(?:a\\W+)?bomb']
+"""
+
+
+def toml(*parts: str, version: str = "version = 1") -> str:
+    return "\n".join([version, *parts])
+
+
+def error_of(text: str) -> RulesError:
+    with pytest.raises(RulesError) as info:
+        parse_rules(text, source="test.toml")
+    return info.value
+
+
+def test_shipped_rules_load_and_cover_every_category() -> None:
+    rules = load_rules()
+    categories = {rule.category for rule in rules.rules}
+    assert categories >= {
+        "weapons",
+        "drugs",
+        "self_harm",
+        "hacking",
+        "harassment",
+        "personal_data",
+        "fraud",
+        "violence",
+        "jailbreak",
+    }
+    assert categories <= set(rules.replies)
+    assert rules.source == "gate/rules.toml (shipped)"
+    assert len({rule.id for rule in rules.rules}) == len(rules.rules)
+
+
+def test_minimal_file_loads_from_a_path(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text(toml(REPLIES, RULE), encoding="utf-8")
+    rules = load_rules(path)
+    assert rules.source == str(path)
+    [rule] = rules.rules
+    assert (rule.id, rule.category, rule.language, rule.exception, rule.triggers) == (
+        "weapons.test",
+        "weapons",
+        "en",
+        None,
+        (),
+    )
+    assert Gate.load(path).check("how to make a bomb").rule_id == "weapons.test"
+
+
+def test_terms_words_triggers_and_folding_are_applied() -> None:
+    text = toml(
+        "[terms]\nmake = '(?:make|fabriquer)'\nobj = '(?:{{make}}|x)'\n",
+        '[words]\nverbs = ["make", "fabriquer"]\n',
+        REPLIES,
+        RULE.replace(
+            "patterns = ['make\\W+(?:a\\W+)?bomb']",
+            "patterns = ['{{make}} une bombe', 'kill']\nexceptions = ['jeu']\n"
+            'triggers = [["@verbs", "kill"], ["bombe*", "killer"]]',
+        ),
+    )
+    [rule] = parse_rules(text, source="t").rules
+    # Patterns are folded like the text: doubled letters squeezed ("kill" -> "kil").
+    assert rule.pattern.search("coment fabriquer une bombe")
+    assert rule.pattern.search("kil")
+    assert rule.exception is not None
+    assert rule.exception.search("mon jeu")
+    assert rule.triggers == (
+        TriggerGroup(frozenset({"make", "fabriquer", "kil"}), frozenset()),
+        TriggerGroup(frozenset({"kiler"}), frozenset({"bombe"[:PREFIX_HEAD]})),
+    )
+
+
+def test_flat_trigger_list_is_one_group() -> None:
+    text = toml(REPLIES, RULE + 'triggers = ["bomb*", "make"]\n')
+    [rule] = parse_rules(text, source="t").rules
+    assert rule.triggers == (TriggerGroup(frozenset({"make"}), frozenset({"bomb"})),)
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(RulesError) as info:
+        load_rules(missing)
+    assert info.value.source == str(missing)
+    assert info.value.rule_id is None
+    assert "cannot read the file" in str(info.value)
+    assert str(missing) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("version = 1\n[[rules]\n", "not valid TOML"),
+        (toml(REPLIES, RULE, version=""), "'version' must be 1, got None"),
+        (toml(REPLIES, RULE, version="version = 2"), "'version' must be 1, got 2"),
+        (toml("terms = 3", REPLIES, RULE), "[terms] must be a table of strings"),
+        (toml("[terms]\na = 3", REPLIES, RULE), "term 'a' must be a non-empty string"),
+        (toml("[terms]\na = ''", REPLIES, RULE), "term 'a' must be a non-empty string"),
+        (toml("[terms]\na = '(x'", REPLIES, RULE), "term 'a': invalid regular expression"),
+        (toml("[terms]\na = '{{b}}'\nb = 'x'", REPLIES, RULE), "term 'a': unknown term {{b}}"),
+        (toml("words = 3", REPLIES, RULE), "[words] must be a table of lists of strings"),
+        (toml("[words]\nw = []", REPLIES, RULE), "word list 'w' must be a non-empty list of strings"),
+        (toml("[words]\nw = [1]", REPLIES, RULE), "word list 'w' must be a non-empty list of strings"),
+        (toml(RULE), "no [replies.<category>] tables defined"),
+        (toml("replies = 3", RULE), "no [replies.<category>] tables defined"),
+        (toml("[replies.weapons]\nen = 'x'", RULE), "[replies.weapons] must have exactly the keys"),
+        (toml("[replies]\nweapons = 'x'", RULE), "[replies.weapons] must have exactly the keys"),
+        (toml("[replies.weapons]\nen = 'x'\nfr = ' '", RULE), "texts must be non-empty strings"),
+        (toml(REPLIES), "no [[rules]] defined"),
+        (toml("rules = []", REPLIES), "no [[rules]] defined"),
+        (toml("rules = [3]", REPLIES), "rules[0] is not a table"),
+    ],
+)
+def test_file_level_errors(text: str, reason: str) -> None:
+    error = error_of(text)
+    assert error.source == "test.toml"
+    assert error.rule_id is None
+    assert reason in error.reason
+    assert str(error).startswith("test.toml: ")
+
+
+def test_rule_without_a_valid_id_is_named_by_position() -> None:
+    error = error_of(toml(REPLIES, RULE.replace('id = "weapons.test"', 'id = "Bad Id"')))
+    assert error.rule_id is None
+    assert "rules[0]: 'id' must match" in error.reason
+    assert "'Bad Id'" in error.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (('language = "en"', 'language = "de"'), "language must be one of ['any', 'en', 'fr'], got 'de'"),
+        (('category = "weapons"', 'category = "cooking"'), "category 'cooking' has no [replies.<category>]"),
+        (('description = "test rule"', "description = 3"), "description must be a string"),
+        (('description = "test rule"', 'exception = ["x"]'), "unknown keys ['exception']"),
+        (("patterns = ['make\\W+(?:a\\W+)?bomb']", ""), "'patterns' must be a list of non-empty strings"),
+        (("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = []"), "'patterns' must not be empty"),
+        (("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = ['']"), "must be a list of non-empty strings"),
+        (("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = ['(make']"), "patterns[0]: invalid regular"),
+        (
+            ("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = ['x', 'Bomb']"),
+            "patterns[1]: upper-case 'B'",
+        ),
+        (("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = ['(?:x)?']"), "patterns[0] matches the empty"),
+        (("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = ['{{nope}}']"), "unknown term {{nope}}"),
+        (('description = "test rule"', "exceptions = 'x'"), "'exceptions' must be a list of non-empty"),
+        (('description = "test rule"', "exceptions = ['[x']"), "exceptions[0]: invalid regular expression"),
+        (('description = "test rule"', "triggers = 'bomb'"), "'triggers' must be a list of words"),
+        (('description = "test rule"', "triggers = [[]]"), "'triggers' must be a list of words"),
+        (('description = "test rule"', "triggers = [['a'], [1]]"), "'triggers' must be a list of words"),
+        (('description = "test rule"', "triggers = ['two words']"), "trigger 'two words': one lower-case"),
+        (('description = "test rule"', "triggers = ['Bomb']"), "trigger 'Bomb': one lower-case word"),
+        (('description = "test rule"', "triggers = ['@nope']"), "unknown word list '@nope'"),
+    ],
+)
+def test_rule_level_errors_name_the_rule(change: tuple[str, str], reason: str) -> None:
+    old, new = change
+    assert old in RULE
+    error = error_of(toml(REPLIES, RULE.replace(old, new)))
+    assert error.rule_id == "weapons.test"
+    assert reason in error.reason
+    assert str(error).startswith("test.toml: rule 'weapons.test': ")
+
+
+def test_escapes_and_group_names_are_not_upper_case_letters() -> None:
+    pattern = r"(?P<Obj>\Bbomb\W\p{Ll}\N{LATIN SMALL LETTER A})"
+    text = toml(REPLIES, RULE.replace("patterns = ['make\\W+(?:a\\W+)?bomb']", f"patterns = ['{pattern}']"))
+    [rule] = parse_rules(text, source="t").rules
+    assert rule.pattern.search("abomb!xa")
+
+
+def test_duplicate_rule_id() -> None:
+    error = error_of(toml(REPLIES, RULE, RULE))
+    assert error.rule_id == "weapons.test"
+    assert error.reason == "duplicate rule id"
