@@ -33,7 +33,7 @@ _NAME = r"[^\s!-/:-@\[-^`{-~]"
 # Emphasis markers may sit in between (``@*admin*``, ``evil.*com*``): treated as transparent.
 _EM = r"[*_~]*"
 _URL = re.compile(
-    rf"//|(?<![A-Za-z0-9+.-])(?:{_SCHEMES}):(?=.)|www\.|{_NAME}[*~]*\.{_EM}(?:[^\W\d_]{{2}}|xn--)|\d{{1,3}}(?:\.\d{{1,3}}){{3}}",
+    rf"/{_EM}/|(?<![A-Za-z0-9+.-])(?:{_SCHEMES}):(?=.)|www\.|{_NAME}[*~]*\.{_EM}(?:[^\W\d_]{{2}}|xn--)|\d{{1,3}}(?:\.\d{{1,3}}){{3}}",
     re.IGNORECASE,
 )
 _MENTION = re.compile(rf"[@\uff20\ufe6b]{_EM}{_NAME}")

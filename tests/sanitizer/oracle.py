@@ -81,10 +81,10 @@ def _audit_inline(children: list[Token], allowed: set[str]) -> list[str]:
 
 
 _RENDER = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
-_SAFE_TAGS = frozenset(
-    "p br hr em strong s del code pre blockquote ul ol li h1 h2 h3 h4 h5 h6 "
-    "table thead tbody tr th td a".split()
+_FORMATTING = (
+    "p br hr em strong s del code pre blockquote ul ol li h1 h2 h3 h4 h5 h6 table thead tbody tr th td"
 )
+_SAFE_TAGS = frozenset([*_FORMATTING.split(" "), "a"])
 
 
 class _TagCollector(HTMLParser):

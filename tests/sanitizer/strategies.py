@@ -12,6 +12,7 @@ EVIDENCE = (
     EvidenceSource(n=3, topic_id=7, post_number=22, slug="Ünïcödé Slug!", title="unicode"),
 )
 
+# fmt: off
 SNIPPETS = (
     "[[1]]", "[[2]]", "[[3]]", "[[9]]", "[[1, 2]]", "[[ 3 ]]", "[[1]][[2]]", "[[1]], [[1]]", "[[0]]",
     "[1](/t/how-to-load-a-scene/12/3)", "[1](/t/forged/1/1)", "[2](/t/x-http-evil-example/40)",
@@ -33,6 +34,7 @@ SNIPPETS = (
     "- ", "1. ", "# ", "\n", "\n\n", " ", "\t", "!", "(", ")", "[", "]", "<", ">", ":", ".", "/",
     "\u202e", "\u200b", "\u200d", "\ufeff", "\x00", "\r\n", "\u2028", "\U000e0041", "\ue000", "\U000f0000",
 )
+# fmt: on
 
 fragments = st.one_of(
     st.sampled_from(SNIPPETS),

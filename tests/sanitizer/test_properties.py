@@ -28,7 +28,9 @@ def test_only_evidence_links_no_html_no_live_mention(text: str) -> None:
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(texts)
 def test_topic_links_with_base_url_are_the_only_links(text: str) -> None:
-    result = sanitize(text, EVIDENCE, links="topic", base_url="https://forum.example.org/", allow_canned=False)
+    result = sanitize(
+        text, EVIDENCE, links="topic", base_url="https://forum.example.org/", allow_canned=False
+    )
     assert audit(result.text, TOPIC_TARGETS) == []
 
 
