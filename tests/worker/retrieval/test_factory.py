@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import httpx
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector
+
+from tests.conftest import make_settings
+from tests.worker.retrieval.doubles import CannedSearch, TableEmbedder, angle_vector, hit, insert_post
+from worker.clients.tei import TeiReranker
+from worker.errors import IndexMismatchError
+from worker.retrieval.factory import build_retriever
+from worker.retrieval.recall import single_connection
+
+pytestmark = pytest.mark.integration
+
+
+def test_built_from_settings_and_runs(db_url: str) -> None:
+    settings = make_settings(db_url, "redis://127.0.0.1:1/0", retrieval={"sources_k": 2})
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        register_vector(conn)
+        for n, text in enumerate(["shadowmapping bias", "shadowmapping cascades", "shadowmapping"], start=1):
+            insert_post(conn, n, angle_vector(10 * n), text=text)
+        embedder = TableEmbedder({"shadowmapping bias?": angle_vector(0)})
+        retriever = build_retriever(
+            settings,
+            connections=single_connection(conn),
+            keyword=CannedSearch(default=[hit(3, 3)]),
+            embedder=embedder,
+        )
+        with retriever:
+            assert retriever.reranker is None  # no reranker URL configured
+            result = retriever.retrieve("shadowmapping bias?")
+        # Term statistics come from the index: "bias" (1 post) is rarer than "shadowmapping" (3), although
+        # shorter — without the statistics, the longer word would come first.
+        assert retriever.terms.select("shadowmapping bias?") == ["bias", "shadowmapping"]
+    # Post 3: 1/63 (vector rank 3) + 1/61 (keyword rank 1) beats post 1: 1/61 (vector rank 1 only).
+    assert [s.post_id for s in result.sources] == [3, 1]
+    assert result.grain == "post"
+    assert [f["reason"] for f in result.trace.fallbacks] == ["no reranker configured"]
+
+
+def test_reranker_from_settings_and_model_check(db_url: str) -> None:
+    settings = make_settings(db_url, "redis://127.0.0.1:1/0", reranker={"base_url": "http://127.0.0.1:9/"})
+    with psycopg.connect(db_url, autocommit=True) as conn, httpx.Client() as http:
+        retriever = build_retriever(
+            settings, connections=single_connection(conn), keyword=None, http=http, embedder=TableEmbedder()
+        )
+        assert isinstance(retriever.reranker, TeiReranker)
+        retriever.close()
+        with pytest.raises(IndexMismatchError):
+            build_retriever(
+                settings,
+                connections=single_connection(conn),
+                keyword=None,
+                embedder=TableEmbedder(model="another-model"),
+            )
