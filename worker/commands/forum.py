@@ -37,19 +37,24 @@ def register(group: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import psycopg
+    import psycopg_pool
     import uvicorn
 
     from eval.stack.forum.app import ForumConfig, create_forum_app
     from eval.stack.forum.loader import load_export
     from eval.stack.forum.store import ForumStore
     from worker.commands.common import settings_from
-    from worker.errors import ConfigError
+    from worker.errors import ConfigError, ServiceUnavailableError
 
     settings = settings_from(args)
     export = args.export.resolve()
     if not (export / "topics").is_dir():
         raise ConfigError(f"--export {export}: no topics/ folder (not a forum export)")
-    store = ForumStore(args.database_url or settings.database.url)
+    try:
+        store = ForumStore(args.database_url or settings.database.url)
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        raise ServiceUnavailableError(f"cannot reach the forum database: {exc}", service="postgres") from exc
     try:
         store.init_schema()
         meta = store.meta()

@@ -47,11 +47,13 @@ class User:
 class ForumStore:
     """Thread-safe access to the ``forum`` schema through a small connection pool."""
 
-    def __init__(self, database_url: str, *, pool_size: int = 8) -> None:
+    def __init__(self, database_url: str, *, pool_size: int = 8, connect_timeout_s: float = 10.0) -> None:
         self.database_url = database_url
         self.pool = ConnectionPool(
-            database_url, min_size=1, max_size=pool_size, kwargs={"row_factory": dict_row}, open=True
+            database_url, min_size=1, max_size=pool_size, kwargs={"row_factory": dict_row}, open=False
         )
+        # Fail fast (psycopg_pool.PoolTimeout) when the database cannot be reached.
+        self.pool.open(wait=True, timeout=connect_timeout_s)
 
     def close(self) -> None:
         self.pool.close()
