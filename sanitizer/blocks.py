@@ -5,6 +5,10 @@ is kept verbatim. To make sure Discourse sees exactly the fences we saw, every f
 form that CommonMark opens in any context: at column 0, after a blank line, made of backticks longer than
 any backtick run inside, with an info string reduced to ``[A-Za-z0-9_+.#-]``. Prose never contains a
 line that could open a fence (its backticks and ``~~~`` runs are escaped by the emitter).
+
+Fences are recognised at any indentation (LLMs indent them inside list items, often by four spaces),
+which only ever turns more of the input into literal code; the content is dedented by the opener's
+indentation, as CommonMark does.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_OPEN = re.compile(r"( {0,3})(`{3,}|~{3,})(.*)")
+_OPEN = re.compile(r"( *)(`{3,}|~{3,})(.*)")
 _INFO = re.compile(r"[^A-Za-z0-9_+.#-]")
 _BACKTICKS = re.compile(r"`+")
 _MAX_INFO = 32
@@ -40,7 +44,7 @@ def split_blocks(text: str) -> list[Block]:
             i += 1
             continue
         indent, fence, info = len(opened.group(1)), opened.group(2), opened.group(3)
-        closing = re.compile(rf" {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*")
+        closing = re.compile(rf" *{re.escape(fence[0])}{{{len(fence)},}}[ \t]*")
         body: list[str] = []
         i += 1
         while i < len(lines) and closing.fullmatch(lines[i]) is None:
