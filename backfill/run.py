@@ -138,6 +138,9 @@ class _Run:
         if names:
             self.store.record_category_names(names)
             self.category_names.update(names)
+        # Similar lengths in one request: a model pads a batch to its longest text, so a page sorted by
+        # length costs far less compute than the same page in id order (measured ~2-3x with MiniLM).
+        page.to_embed.sort(key=lambda p: len(p.text))
         size = self.options.batch_size
         for start in range(0, len(page.to_embed), size):
             texts = [p.text for p in page.to_embed[start : start + size]]

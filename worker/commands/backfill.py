@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 from worker.commands.common import settings_from
 
@@ -56,9 +58,15 @@ def _backfill(args: argparse.Namespace) -> int:
         max_tokens=settings.embeddings.max_tokens,
         progress={"auto": None, "bar": True, "log": False}[args.progress],
     )
+    # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
+    signal.signal(signal.SIGTERM, _interrupt)
     summary = run_backfill(settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder))
     if args.json:
         print(json.dumps(summary.as_dict()))
     else:
         print(summary.line())
     return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

