@@ -1,7 +1,8 @@
 """The local forum's HTTP API: the subset of Discourse the bot uses, with Discourse's shapes and errors.
 
 Routes: ``GET /t/{id}.json``, ``GET /t/{id}/posts.json?post_ids[]=…``, ``GET /posts/{id}.json`` (with
-raw), ``GET /search.json``, ``POST /posts.json``, ``GET /admin/site_settings.json``, ``PUT
+raw), ``GET /search.json``, ``POST /posts.json``, ``PUT``/``DELETE /posts/{id}.json``,
+``PUT /posts/{id}/recover.json``, ``GET /admin/site_settings.json``, ``PUT
 /admin/site_settings/{name}.json``, ``GET /notifications.json``; test controls under ``/__forum/``
 (faults, users, webhook log and redelivery). Auth: ``Api-Key`` (the one configured key, acting as any
 existing user, like an "All users" key) + ``Api-Username``; reads of public topics need no key.
@@ -78,6 +79,9 @@ class ForumApp:
                 Route("/t/{topic_id:int}/posts.json", api(self.get_topic_posts), methods=["GET"]),
                 Route("/posts/{post_id:int}.json", api(self.get_post), methods=["GET"]),
                 Route("/posts.json", api(self.create_post), methods=["POST"]),
+                Route("/posts/{post_id:int}.json", api(self.edit_post), methods=["PUT"]),
+                Route("/posts/{post_id:int}.json", api(self.delete_post), methods=["DELETE"]),
+                Route("/posts/{post_id:int}/recover.json", api(self.recover_post), methods=["PUT"]),
                 Route("/search.json", api(self.search), methods=["GET"]),
                 Route("/notifications.json", api(self.notifications), methods=["GET"]),
                 Route("/admin/site_settings.json", api(self.site_settings), methods=["GET"]),
@@ -332,6 +336,70 @@ class ForumApp:
             self._notify(conn, user, post, recipients if new_topic else [])
         self.webhooks.emit("post_created", {"post": webhook_post_json(post, int(post["topic_posts_count"]))})
         return JSONResponse(post_json(post, viewer_id=user.id))
+
+    async def _own_post(self, request: Request) -> tuple[User, Row] | Response:
+        """The acting user and the post they may change (author or admin), or the error to answer."""
+        user = await self._user(request)
+        if isinstance(user, Response):
+            return user
+        if user is None:
+            return invalid_access()
+        post = await run_in_threadpool(self.store.post, int(request.path_params["post_id"]))
+        if post is None:
+            return not_found()
+        if not user.admin and user.id != post["user_id"]:
+            return invalid_access()
+        return user, post
+
+    def _emit(self, event: str, post_id: int) -> None:
+        post = self.store.post(post_id)
+        topic = self.store.topic(int(post["topic_id"])) if post else None
+        if post is not None and topic is not None:
+            self.webhooks.emit(event, {"post": webhook_post_json(post, int(topic["posts_count"]))})
+
+    async def edit_post(self, request: Request) -> Response:
+        """``PUT /posts/{id}.json`` with ``{"post": {"raw": …}}``: a new version and a post_edited webhook."""
+        found = await self._own_post(request)
+        if isinstance(found, Response):
+            return found
+        user, post = found
+        params = await _params(request)
+        nested = params.get("post")
+        raw = nested.get("raw") if isinstance(nested, dict) else params.get("post[raw]", params.get("raw"))
+        if not isinstance(raw, str):
+            return error(400, "param is missing or the value is empty: post", "invalid_parameters")
+        if len(raw.strip()) < self.config.min_post_length:
+            body = {"errors": [f"Body is too short (minimum is {self.config.min_post_length} characters)"]}
+            return JSONResponse(body, status_code=422)
+        if raw != post["raw"]:
+            cooked = cook(raw)
+            await run_in_threadpool(self.store.edit_post, int(post["id"]), raw, cooked, html_to_text(cooked))
+            await run_in_threadpool(self._emit, "post_edited", int(post["id"]))
+        updated = await run_in_threadpool(self.store.post, int(post["id"]))
+        return JSONResponse({"post": post_json(updated or post, viewer_id=user.id)})
+
+    async def delete_post(self, request: Request) -> Response:
+        """``DELETE /posts/{id}.json``: soft delete and a post_destroyed webhook."""
+        found = await self._own_post(request)
+        if isinstance(found, Response):
+            return found
+        _, post = found
+        if post["deleted_at"] is None:
+            await run_in_threadpool(self.store.set_deleted, int(post["id"]), True)
+            await run_in_threadpool(self._emit, "post_destroyed", int(post["id"]))
+        return Response(status_code=200)
+
+    async def recover_post(self, request: Request) -> Response:
+        """``PUT /posts/{id}/recover.json``: undelete and a post_recovered webhook."""
+        found = await self._own_post(request)
+        if isinstance(found, Response):
+            return found
+        user, post = found
+        if post["deleted_at"] is not None:
+            await run_in_threadpool(self.store.set_deleted, int(post["id"]), False)
+            await run_in_threadpool(self._emit, "post_recovered", int(post["id"]))
+        updated = await run_in_threadpool(self.store.post, int(post["id"]))
+        return JSONResponse(post_json(updated or post, viewer_id=user.id))
 
     def _notify(self, conn: Any, author: User, post: Row, recipients: list[User]) -> None:
         """Mentions (type 1), a reply to someone's post (2), a new PM (6); one per user, never the author."""

@@ -189,6 +189,26 @@ class ForumStore:
             raise RuntimeError("insert returned nothing")
         return int(row["id"])
 
+    def edit_post(self, post_id: int, raw: str, cooked: str, plain: str) -> None:
+        """New raw text: a new version, a fresh search vector."""
+        with self.connection() as conn:
+            conn.execute(
+                "UPDATE forum.posts p SET raw = %s, cooked = %s, plain = %s, version = p.version + 1,"
+                " updated_at = now(), search_data = setweight(to_tsvector('english', t.title), 'A')"
+                " || setweight(to_tsvector('english', array_to_string(t.tags, ' ')), 'C')"
+                " || setweight(to_tsvector('english', %s), 'D')"
+                " FROM forum.topics t WHERE t.id = p.topic_id AND p.id = %s",
+                (raw, cooked, plain, plain, post_id),
+            )
+
+    def set_deleted(self, post_id: int, deleted: bool) -> None:
+        with self.connection() as conn:
+            conn.execute(
+                "UPDATE forum.posts SET deleted_at = CASE WHEN %s THEN now() END, updated_at = now()"
+                " WHERE id = %s",
+                (deleted, post_id),
+            )
+
     def add_notification(
         self, conn: psycopg.Connection[Row], user_id: int, kind: int, post: Row, actor: User
     ) -> None:

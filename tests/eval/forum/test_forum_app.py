@@ -289,3 +289,36 @@ def test_fault_knobs(http: TestClient, forum: ForumApp) -> None:
     log = http.get("/__forum/webhooks", headers=as_user("citebot")).json()
     assert log == [{"event_id": 1, "event": "post_created", "status": 200, "attempts": 2}]
     assert http.post("/__forum/faults", json={"latency_s": 1}).status_code == 403
+
+
+def test_edit_delete_recover_send_their_webhooks(
+    http: TestClient, forum: ForumApp, receiver: tuple[Receiver, str]
+) -> None:
+    created = http.post(
+        "/posts.json", headers=as_user("alice"), json={"topic_id": 12, "raw": "first text of my post here"}
+    )
+    post_id = created.json()["id"]
+    assert (
+        http.put(
+            f"/posts/{post_id}.json", headers=as_user("bob"), json={"post": {"raw": "x" * 30}}
+        ).status_code
+        == 403
+    )
+    edited = http.put(
+        f"/posts/{post_id}.json",
+        headers=as_user("alice"),
+        json={"post": {"raw": "@citebot edited to ask a question"}},
+    )
+    assert edited.status_code == 200
+    assert edited.json()["post"]["version"] == 2
+    assert client_for(http).get_post(post_id).raw == "@citebot edited to ask a question"
+    assert [h.post_id for h in client_for(http).search("edited question")] == [post_id]
+    assert http.delete(f"/posts/{post_id}.json", headers=as_user("alice")).status_code == 200
+    assert http.get(f"/posts/{post_id}.json").status_code == 404
+    assert http.put(f"/posts/{post_id}/recover.json", headers=as_user("citebot")).status_code == 200
+    assert http.get(f"/posts/{post_id}.json").status_code == 200
+    assert forum.webhooks.flush()
+    events = [(h["x-discourse-event"], json.loads(b)["post"]["version"]) for h, b in receiver[0].got]
+    assert events == [("post_created", 1), ("post_edited", 2), ("post_destroyed", 2), ("post_recovered", 2)]
+    destroyed = json.loads(receiver[0].got[2][1])["post"]
+    assert destroyed["deleted_at"] is not None
