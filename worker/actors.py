@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 QUESTIONS_QUEUE = "questions"
 INDEX_QUEUE = "index"
 MAINTENANCE_QUEUE = "maintenance"
-# The backfill team's module (issue 7) that re-indexes one post or topic; until it exists the
-# refresh events are accepted and counted by the webhook but not enqueued.
+# The backfill package's module (issue 7) that re-indexes one post or topic; where it is not
+# installed the refresh events are accepted and counted by the webhook but not enqueued.
 INCREMENTAL_MODULE = "backfill.incremental"
 
 R = TypeVar("R")

@@ -174,3 +174,26 @@ def test_retry_policy_and_retry_after() -> None:
 
     with pytest.raises(ServiceUnavailableError):
         honour_retry_after(limits, plain)
+
+
+def test_intake_enqueues_ids_and_refreshes_when_the_indexer_exists(redis_url: str) -> None:
+    import redis as redis_lib
+
+    from tests.conftest import REDIS_NAMESPACE
+    from worker.actors import DramatiqIntake, incremental_available
+
+    settings = make_settings("postgresql://nobody@127.0.0.1:1/none", redis_url)
+    broker = build_broker(settings.redis, settings.limits)
+
+    def runtime() -> Runtime:
+        raise AssertionError("not called when only enqueueing")
+
+    intake = DramatiqIntake(declare_actors(broker, runtime, settings.limits))
+    intake.question(5, 6, 2)
+    intake.refresh_post(5, "post_edited")
+    intake.refresh_topic(6, "topic_edited")
+    r = redis_lib.Redis.from_url(redis_url)
+    assert r.llen(f"{REDIS_NAMESPACE}-tasks:questions") == 1
+    expected_index = 2 if incremental_available() else 0  # backfill.incremental (issue 7) is optional
+    assert r.llen(f"{REDIS_NAMESPACE}-tasks:index") == expected_index
+    broker.close()
