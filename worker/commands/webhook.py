@@ -36,7 +36,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     broker = build_broker(settings.redis, settings.limits)
     actors = declare_actors(broker, RuntimeProvider(settings), settings.limits)
-    redis = aredis_lib.Redis.from_url(settings.redis.url)
+    # Short timeouts: with Redis unreachable, deliveries get a quick 503 instead of a stalled loop.
+    redis = aredis_lib.Redis.from_url(settings.redis.url, socket_connect_timeout=2, socket_timeout=2)
     app = create_app(settings, DramatiqIntake(actors), redis)
     uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_config=None)
     return 0
