@@ -93,6 +93,21 @@ def existing(conn: psycopg.Connection[Any], post_ids: Collection[int]) -> set[in
     return {int(r[0]) for r in rows}
 
 
+def stale_queued(conn: psycopg.Connection[Any], post_ids: Collection[int], older_than_s: float) -> list[int]:
+    """Of ``post_ids``, the rows still ``queued`` and untouched for ``older_than_s``, touched now.
+
+    The conditional UPDATE marks them, so of two pollers only one re-sends a given row per period.
+    """
+    if not post_ids:
+        return []
+    rows = conn.execute(
+        "UPDATE answers SET updated_at = now() WHERE post_id = ANY(%s) AND state = 'queued'"
+        " AND updated_at < now() - make_interval(secs => %s) RETURNING post_id",
+        (list(post_ids), float(older_than_s)),
+    ).fetchall()
+    return sorted(int(r[0]) for r in rows)
+
+
 def transition(
     conn: psycopg.Connection[Any],
     post_id: int,

@@ -128,3 +128,23 @@ def test_failed_enqueue_leaves_no_row_and_no_key(db_url: str, redis_url: str) ->
         assert r.exists(dedupe_key(REDIS_NAMESPACE, "post_created", 301, 1)) == 0
         sent: list[tuple[int, int, int]] = []
         assert run(forum, conn, r, sent).enqueued == 1
+
+
+def test_rows_stuck_in_queued_are_resent_once_per_period(db_url: str, redis_url: str) -> None:
+    forum = FakeForum()
+    forum.add(401, "@citebot lost after the claim")
+    forum.add(402, "@citebot already answered")
+    forum.add(403, "@citebot recently queued")
+    r = redis_lib.Redis.from_url(redis_url)
+    sent: list[tuple[int, int, int]] = []
+    with psycopg.connect(db_url) as conn:
+        for post_id in (401, 402, 403):
+            answers.claim(conn, post_id, 9, 1, 3, 4, "alice", "webhook")
+        answers.transition(conn, 402, ["queued"], "posted")
+        conn.execute("UPDATE answers SET updated_at = now() - interval '1 hour' WHERE post_id IN (401, 402)")
+        conn.commit()
+        report = run(forum, conn, r, sent)
+        assert (report.resent, report.enqueued, sent) == (1, 0, [(401, 9, 3)])
+        again = run(forum, conn, r, sent)
+        assert again.resent == 0
+    assert sent == [(401, 9, 3)]
