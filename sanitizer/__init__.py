@@ -12,7 +12,14 @@ See ``docs/sanitizer.md`` for the contract and why each neutralisation is safe o
 
 from __future__ import annotations
 
-from sanitizer.evidence import EvidenceError, EvidenceSource, LinkGrain, from_dicts, normalize_slug
+from sanitizer.evidence import (
+    EvidenceError,
+    EvidenceSource,
+    LinkGrain,
+    SupportsEvidence,
+    from_dicts,
+    normalize_slug,
+)
 from sanitizer.sanitize import CANNED_MARKER, SanitizeResult, sanitize
 
 __all__ = [
@@ -21,6 +28,7 @@ __all__ = [
     "EvidenceSource",
     "LinkGrain",
     "SanitizeResult",
+    "SupportsEvidence",
     "from_dicts",
     "normalize_slug",
     "sanitize",

@@ -6,7 +6,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 LinkGrain = Literal["post", "topic"]
 
@@ -15,6 +15,13 @@ _BASE_URL = re.compile(
     r"https?://[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::\d{1,5})?(?:/[A-Za-z0-9._~-]+)*/?"
 )
 _MAX_SLUG = 80
+
+
+@runtime_checkable
+class SupportsEvidence(Protocol):
+    """Anything that can describe itself as an evidence dict (``worker.domain.Source`` does)."""
+
+    def as_evidence(self) -> Mapping[str, object]: ...
 
 
 class EvidenceError(ValueError):

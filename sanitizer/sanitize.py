@@ -27,7 +27,14 @@ from sanitizer.citations import CitationResolver
 from sanitizer.codespans import extract_code_spans
 from sanitizer.detect import find_wraps
 from sanitizer.emit import Slot, emit_prose
-from sanitizer.evidence import EvidenceError, EvidenceSource, LinkGrain, from_dicts, normalize_base_url
+from sanitizer.evidence import (
+    EvidenceError,
+    EvidenceSource,
+    LinkGrain,
+    SupportsEvidence,
+    from_dicts,
+    normalize_base_url,
+)
 from sanitizer.neutralize import (
     decode_entities,
     strip_autolinks,
@@ -46,6 +53,9 @@ CANNED_MARKER = "<!-- citebot:canned -->"
 Same value as ``gate.CANNED_MARKER`` (the sanitizer imports nothing of ours; a test checks they match).
 """
 
+Evidence = EvidenceSource | Mapping[str, object] | SupportsEvidence
+"""One source: our dataclass, a dict of its fields, or an object with ``as_evidence()``."""
+
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
 
 
@@ -62,7 +72,7 @@ class SanitizeResult:
 
 def sanitize(
     text: str,
-    evidence: Iterable[EvidenceSource | Mapping[str, object]],
+    evidence: Iterable[Evidence],
     *,
     links: LinkGrain = "post",
     base_url: str | None = None,
@@ -85,7 +95,7 @@ def sanitize(
 
 def _sanitize(
     text: str,
-    evidence: Iterable[EvidenceSource | Mapping[str, object]],
+    evidence: Iterable[Evidence],
     *,
     links: LinkGrain,
     base_url: str | None,
@@ -169,12 +179,17 @@ def _prose(text: str, resolver: CitationResolver, slots: dict[str, Slot], reason
     return emit_prose(raw, display, wraps, slots)
 
 
-def _coerce(evidence: Iterable[EvidenceSource | Mapping[str, object]]) -> tuple[EvidenceSource, ...]:
+def _coerce(evidence: Iterable[Evidence]) -> tuple[EvidenceSource, ...]:
     if isinstance(evidence, (str, bytes, Mapping)) or not isinstance(evidence, Iterable):
         raise EvidenceError("evidence must be a list")
     sources: list[EvidenceSource] = []
     for item in evidence:
-        sources.append(item if isinstance(item, EvidenceSource) else from_dicts([item])[0])
+        if isinstance(item, EvidenceSource):
+            sources.append(item)
+        elif isinstance(item, SupportsEvidence):
+            sources.append(from_dicts([item.as_evidence()])[0])
+        else:
+            sources.append(from_dicts([item])[0])
     numbers = [source.n for source in sources]
     if len(set(numbers)) != len(numbers):
         raise EvidenceError("source numbers must be unique")

@@ -105,6 +105,13 @@ def test_from_dicts_ignores_extra_keys_and_defaults_title() -> None:
     assert source == EvidenceSource(n=1, topic_id=2, post_number=3, slug="s", title="")
 
 
+def test_sanitize_accepts_worker_sources() -> None:
+    from worker.domain import Source
+
+    source = Source(n=4, post_id=1, topic_id=9, post_number=2, slug="Raycast", title="t", excerpt="e")
+    assert sanitize("[[4]]", [source]).text == "[4](/t/raycast/9/2)"
+
+
 def test_sanitize_accepts_dicts_and_sources_but_not_duplicates() -> None:
     mixed: list[EvidenceSource | Mapping[str, object]] = [
         EVIDENCE[0],
