@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from worker.errors import ConfigError, ServiceUnavailableError
 from worker.settings import DatabaseSettings
@@ -34,3 +35,31 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception message (libpq errors span several)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def configure_connection(conn: psycopg.Connection) -> None:
+    """Per-connection set-up of every pooled connection: pgvector's types (vector, halfvec)."""
+    register_vector(conn)
+    conn.commit()
+
+
+def open_pool(
+    settings: DatabaseSettings, *, min_size: int = 1, max_size: int | None = None
+) -> ConnectionPool:
+    """A connection pool whose connections know pgvector's types; opened (and checked) now."""
+    pool = ConnectionPool(
+        settings.url,
+        min_size=min_size,
+        max_size=max_size or settings.pool_size,
+        kwargs={"connect_timeout": max(1, int(settings.connect_timeout_s))},
+        configure=configure_connection,
+        open=False,
+    )
+    try:
+        pool.open(wait=True, timeout=max(2.0, settings.connect_timeout_s * 2))
+    except PoolTimeout as exc:
+        pool.close()
+        raise ServiceUnavailableError(
+            f"cannot open a connection pool: {first_line(exc)}", service="postgres"
+        ) from exc
+    return pool

@@ -1,0 +1,118 @@
+"""An in-memory ``Forum`` for pipeline unit tests: posts, topics, search by word overlap, site settings.
+
+A real implementation of the protocol (not a mock): it keeps state, assigns ids, and records every
+post the bot creates, so tests assert on what the forum would show.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from worker.domain import ForumPost, ForumTopic, SearchHit
+from worker.errors import CitebotError, NotFoundError
+
+_WORD = re.compile(r"\w{3,}")
+
+
+class FakeForum:
+    def __init__(self, bot: str = "citebot") -> None:
+        self.bot = bot
+        self.posts: dict[int, ForumPost] = {}
+        self.topics: dict[int, ForumTopic] = {}
+        self.settings: dict[str, object] = {}
+        self.created: list[ForumPost] = []
+        self.fail_create: list[CitebotError] = []
+        self.fail_settings: CitebotError | None = None
+        self._ids = itertools.count(100_000)
+
+    def add_topic(self, topic_id: int, title: str, slug: str, category_id: int | None = 1) -> None:
+        self.topics[topic_id] = ForumTopic(topic_id, title, slug, category_id)
+
+    def add_post(
+        self,
+        post_id: int,
+        topic_id: int,
+        post_number: int,
+        raw: str,
+        *,
+        username: str = "member",
+        user_id: int = 7,
+        reply_to_post_number: int | None = None,
+    ) -> ForumPost:
+        topic = self.topics[topic_id]
+        post = ForumPost(
+            id=post_id,
+            topic_id=topic_id,
+            post_number=post_number,
+            username=username,
+            user_id=user_id,
+            cooked=f"<p>{raw}</p>",
+            raw=raw,
+            reply_to_post_number=reply_to_post_number,
+            topic_slug=topic.slug,
+            topic_title=topic.title,
+            category_id=topic.category_id,
+        )
+        self.posts[post_id] = post
+        return post
+
+    # -- Forum protocol --------------------------------------------------------------------------
+
+    def get_post(self, post_id: int) -> ForumPost:
+        if post_id not in self.posts:
+            raise NotFoundError(f"post {post_id}", service="discourse", status=404)
+        return self.posts[post_id]
+
+    def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
+        topic = self.topics[topic_id]
+        posts = sorted(
+            (p for p in self.posts.values() if p.topic_id == topic_id), key=lambda p: p.post_number
+        )
+        return replace(topic, posts=tuple(posts))
+
+    def search(self, query: str, *, limit: int = 25) -> list[SearchHit]:
+        terms = {w.lower() for w in _WORD.findall(query)}
+        best: dict[int, tuple[int, ForumPost]] = {}
+        for post in self.posts.values():
+            words = {w.lower() for w in _WORD.findall(post.raw or "")} | {
+                w.lower() for w in _WORD.findall(post.topic_title)
+            }
+            if not terms or not terms <= words or post.username == self.bot:
+                continue
+            score = len(terms & words)
+            if post.topic_id not in best or score > best[post.topic_id][0]:
+                best[post.topic_id] = (score, post)
+        ranked = sorted(best.values(), key=lambda sp: (-sp[0], sp[1].id))[:limit]
+        return [
+            SearchHit(p.id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, (p.raw or "")[:100])
+            for _, p in ranked
+        ]
+
+    def create_post(self, topic_id: int, raw: str, *, reply_to_post_number: int | None = None) -> ForumPost:
+        if self.fail_create:
+            raise self.fail_create.pop(0)
+        number = 1 + max((p.post_number for p in self.posts.values() if p.topic_id == topic_id), default=0)
+        post = self.add_post(
+            next(self._ids),
+            topic_id,
+            number,
+            raw,
+            username=self.bot,
+            user_id=-5,
+            reply_to_post_number=reply_to_post_number,
+        )
+        self.created.append(post)
+        return post
+
+    def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
+        if self.fail_settings is not None:
+            raise self.fail_settings
+        return {n: self.settings[n] for n in names if n in self.settings}
+
+    def flags_on(self, **overrides: bool) -> None:
+        names = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links")
+        for name in names:
+            self.settings[f"citebot_{name}"] = overrides.get(name, True)

@@ -1,0 +1,427 @@
+"""The answer path of one question (SPEC §2): the orchestration, stage by stage.
+
+Each stage lives in its own module; this file only runs them in order and moves the ``answers`` row
+through its states so that a retry resumes where the last attempt stopped::
+
+    queued ──gate hit──────────────────────────────▶ generated(canned) ──post──▶ refused
+    queued ──retrieve──▶ retrieved ──generate+sanitize──▶ generated ──post──▶ posted | abstained
+    any ──permanent error / LLM down after retries──▶ failed (apology posted or not: llm.on_failure)
+    queued ──flag off / rate limit / post gone──▶ skipped
+
+| stage | module |
+|---|---|
+| load post + flags | ``worker.clients.discourse``, ``worker.flags`` |
+| question text | ``worker.question`` |
+| 0 gate | ``gate`` |
+| 1–3 recall, keyword, RRF, rerank, zones | ``worker.retrieval.pipeline`` |
+| 4 generate | ``worker.generation.prompt``, ``worker.clients.llm`` / ``worker.generation.offline`` |
+| 5 sanitize | ``sanitizer`` |
+| 6 post | ``worker.clients.discourse`` + ``worker.answers`` |
+
+Exactly once: the row is the unit; a job holds a PostgreSQL advisory lock on the post id for its whole
+run, so two deliveries of one question never work at once; the reply text is stored (state
+``generated``) before it is posted, and a job that finds a ``generated`` row first looks in the topic
+for a reply the bot already made to that post, so a worker killed between posting and recording does
+not post twice. A redelivered message for a finished row does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from gate import Gate, canned_text, detect_language
+from sanitizer import LinkGrain, sanitize
+from worker import answers
+from worker.domain import ForumPost, Source, Zone
+from worker.errors import CitebotError, NotFoundError, PermanentError, TransientError
+from worker.flags import FlagReader
+from worker.generation import OFFLINE_FOOTER, build_prompt
+from worker.limits import RateLimiter
+from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
+from worker.protocols import ChatModel, Forum
+from worker.question import question_for
+from worker.retrieval.pipeline import Retriever
+from worker.retrieval.trace import Trace
+from worker.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Key space of the per-question advisory locks (two-int form: class, post id).
+ANSWER_LOCK_CLASS = 0x43425431
+APOLOGY = {
+    "en": "Sorry, I could not write an answer right now. Please try again later, "
+    "or wait for a member to reply.",
+    "fr": "Désolé, je n'ai pas pu rédiger de réponse pour le moment. Réessayez plus tard, "
+    "ou attendez la réponse d'un membre.",
+}
+OPEN_STATES: tuple[answers.AnswerState, ...] = tuple(
+    s for s in answers.STATES if s not in answers.FINAL_STATES
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one call of ``answer`` did (for tests, logs and the reliability suite)."""
+
+    post_id: int
+    state: str
+    detail: str = ""
+    reply_post_id: int | None = None
+
+
+class AnswerPipeline:
+    """Takes a claimed question to its final state. Implements ``worker.runtime.Answerer``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        pool: ConnectionPool,
+        forum: Forum,
+        flags: FlagReader,
+        gate: Gate,
+        retriever: Retriever,
+        chat: ChatModel,
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.forum = forum
+        self.flags = flags
+        self.gate = gate
+        self.retriever = retriever
+        self.chat = chat
+        self.limiter = limiter
+
+    # -- entry point -------------------------------------------------------------------------------
+
+    def answer(self, post_id: int) -> None:
+        self.run(post_id)
+
+    def run(self, post_id: int) -> Outcome:
+        """Advance the question of ``post_id`` as far as it goes; raises TransientError to be retried."""
+        with self._locked(post_id) as conn:
+            if conn is None:
+                JOBS.labels("busy").inc()
+                return Outcome(post_id, "busy", "another worker holds this question")
+            row = answers.get(conn, post_id)
+            if row is None:
+                raise PermanentError(f"no answers row for post {post_id}", service="citebot")
+            if row.state in answers.FINAL_STATES:
+                JOBS.labels("already_done").inc()
+                return Outcome(post_id, row.state, "already final", row.reply_post_id)
+            attempts = row.attempts + 1
+            answers.transition(conn, post_id, [row.state], row.state, attempts=attempts)
+            try:
+                outcome = self._advance(conn, row, attempts)
+            except TransientError as exc:
+                if self._out_of_retries(attempts):
+                    outcome = self._give_up(conn, post_id, row.topic_id, f"transient: {exc}")
+                else:
+                    JOBS.labels("retry").inc()
+                    answers.transition(conn, post_id, answers.STATES, _current(conn, post_id), error=str(exc))
+                    raise
+            except PermanentError as exc:
+                outcome = self._fail(conn, post_id, f"permanent: {exc}")
+            JOBS.labels(outcome.state).inc()
+            return outcome
+
+    # -- the stages ---------------------------------------------------------------------------------
+
+    def _advance(self, conn: psycopg.Connection[Any], row: answers.Answer, attempts: int) -> Outcome:
+        post_id = row.post_id
+        if row.state == "generated":
+            return self._post(conn, row.post_id, resumed=True)
+        trace = Trace()
+        state = self.flags.state()
+        trace.info["flags"] = state.trace()
+        trace.info["attempt"] = attempts
+        flags = state.flags
+        if not flags.enabled:
+            answers.transition(
+                conn, post_id, ["queued", "retrieved"], "skipped", error="citebot_enabled is off"
+            )
+            return Outcome(post_id, "skipped", "citebot_enabled is off")
+
+        with self._stage(trace, "load"):
+            post = self._load_post(post_id)
+        if post is None or post.deleted or post.hidden:
+            answers.transition(conn, post_id, ["queued", "retrieved"], "skipped", error="post gone or hidden")
+            return Outcome(post_id, "skipped", "post gone or hidden")
+        if row.user_id is None:
+            conn.execute(
+                "UPDATE answers SET user_id = %s, username = %s, post_number = %s WHERE post_id = %s",
+                (post.user_id, post.username, post.post_number, post_id),
+            )
+        if self.limiter is not None and row.state == "queued":
+            limit = self.limiter.check(post_id=post_id, user_id=post.user_id, topic_id=post.topic_id)
+            if not limit.allowed:
+                log.info("rate limit %s: question skipped", limit.reason, extra={"post_id": post_id})
+                answers.transition(conn, post_id, ["queued"], "skipped", error=f"rate limit {limit.reason}")
+                return Outcome(post_id, "skipped", f"rate limit {limit.reason}")
+
+        with self._stage(trace, "question"):
+            question = self._question(post)
+        log.debug("question of post %d: %s", post_id, question, extra={"post_id": post_id})
+        trace.info["language"] = detect_language(question)
+
+        # stage 0: the gate
+        if flags.input_gate:
+            with self._stage(trace, "gate") as st:
+                decision = self.gate.check(question)
+                st.info["hit"] = decision.hit
+                st.info["rule"] = decision.rule_id
+            if decision.hit:
+                answers.transition(
+                    conn,
+                    post_id,
+                    ["queued", "retrieved"],
+                    "generated",
+                    reply_raw=canned_text(decision),
+                    rule_id=decision.rule_id,
+                    trace=self._trace_dict(trace, kind="canned", category=decision.category),
+                )
+                return self._post(conn, post_id, resumed=False)
+
+        # stages 1–3: retrieval
+        with self._stage(trace, "retrieve_total"):
+            result = self.retriever.retrieve(
+                question,
+                exclude_post_ids=(post_id,),
+                use_posts=flags.posts_pipeline,
+                use_rerank=flags.rerank,
+                trace=trace,
+            )
+        for fb in result.trace.fallbacks:
+            FALLBACKS.labels(fb["stage"], fb["reason"].split(":")[0][:40]).inc()
+        answers.transition(
+            conn,
+            post_id,
+            ["queued", "retrieved"],
+            "retrieved",
+            zone=result.zone,
+            sources=[_source_json(s) for s in result.sources],
+            trace=self._trace_dict(trace),
+        )
+
+        # stage 4: generation
+        grain: LinkGrain = "post" if (flags.post_links and result.grain == "post") else "topic"
+        with self._stage(trace, "prompt") as st:
+            prompt = build_prompt(
+                question,
+                result.sources,
+                result.zone,
+                bot_name=self.settings.discourse.bot_username,
+                token_budget=self.settings.llm.context_tokens,
+            )
+            st.info.update(prompt.trace())
+        with self._stage(trace, "generate") as st:
+            completion = self.chat.complete(prompt.messages)
+            st.info["model"] = completion.model
+            st.info["offline"] = completion.offline
+            st.counts["prompt_tokens"] = completion.usage.prompt_tokens
+            st.counts["completion_tokens"] = completion.usage.completion_tokens
+
+        # stage 5: sanitize
+        with self._stage(trace, "sanitize") as st:
+            evidence = [s.as_evidence() for s in prompt.sources_used]
+            clean = sanitize(
+                completion.text,
+                evidence,
+                links=grain,
+                base_url=self.settings.discourse.base_url,
+                allow_canned=False,
+            )
+            st.info["reasons"] = list(clean.reasons)
+            st.info["cited"] = list(clean.cited)
+            st.info["dropped"] = list(clean.dropped)
+        if not clean.ok or not clean.text.strip():
+            raise PermanentError(
+                "the sanitizer could not make the reply safe; nothing posted", service="sanitizer"
+            )
+        reply = clean.text
+        if completion.offline:
+            reply = f"{reply}\n\n{OFFLINE_FOOTER}"
+        ZONES.labels(prompt.zone).inc()
+        answers.transition(
+            conn,
+            post_id,
+            ["retrieved"],
+            "generated",
+            zone=prompt.zone,
+            sources=[_source_json(s) for s in prompt.sources_used],
+            reply_raw=reply,
+            trace=self._trace_dict(trace, kind="answer", grain=grain),
+        )
+        # stage 6: post
+        return self._post(conn, post_id, resumed=False)
+
+    def _post(self, conn: psycopg.Connection[Any], post_id: int, *, resumed: bool) -> Outcome:
+        row = answers.get(conn, post_id)
+        if row is None or row.state != "generated" or row.reply_raw is None:
+            raise PermanentError(f"post {post_id} has no generated reply to post", service="citebot")
+        final: answers.AnswerState = (
+            "refused" if row.rule_id else ("abstained" if row.zone == "abstain" else "posted")
+        )
+        started = time.perf_counter()
+        existing = self._existing_reply(row) if resumed else None
+        if existing is not None:
+            log.info("reply already on the forum; recording it", extra={"post_id": post_id})
+            reply_id = existing
+        else:
+            post_number = row.post_number
+            created = self.forum.create_post(row.topic_id, row.reply_raw, reply_to_post_number=post_number)
+            reply_id = created.id
+        STAGE_SECONDS.labels("post").observe(time.perf_counter() - started)
+        trace = dict(row.trace or {})
+        trace["post"] = {"duration_ms": round((time.perf_counter() - started) * 1000, 3), "resumed": resumed}
+        answers.transition(
+            conn,
+            post_id,
+            ["generated"],
+            final,
+            reply_post_id=reply_id,
+            posted_at=_now(conn),
+            error=None,
+            trace=trace,
+        )
+        log.info("answered (%s)", final, extra={"post_id": post_id, "topic_id": row.topic_id})
+        return Outcome(post_id, final, "resumed" if resumed else "", reply_id)
+
+    # -- failure handling ---------------------------------------------------------------------------
+
+    def _out_of_retries(self, attempts: int) -> bool:
+        return attempts > self.settings.limits.max_retries
+
+    def _give_up(self, conn: psycopg.Connection[Any], post_id: int, topic_id: int, why: str) -> Outcome:
+        """The last attempt failed transiently: apologise once (or stay silent), never half-answer."""
+        row = answers.get(conn, post_id)
+        if row is not None and row.state == "generated":
+            # The reply exists; only posting failed. Leave it for the catch-up path, do not apologise.
+            return self._fail(conn, post_id, why)
+        if self.settings.llm.on_failure == "apology" and row is not None:
+            language = "fr" if _looks_french(row) else "en"
+            answers.transition(
+                conn, post_id, ["queued", "retrieved"], "generated", reply_raw=APOLOGY[language], error=why
+            )
+            try:
+                outcome = self._post(conn, post_id, resumed=False)
+            except CitebotError as exc:
+                return self._fail(conn, post_id, f"{why}; apology not posted: {exc}")
+            answers.transition(conn, post_id, answers.FINAL_STATES, "failed", error=why)
+            FALLBACKS.labels("generate", "apology").inc()
+            return Outcome(post_id, "failed", f"apology posted: {why}", outcome.reply_post_id)
+        return self._fail(conn, post_id, why)
+
+    def _fail(self, conn: psycopg.Connection[Any], post_id: int, why: str) -> Outcome:
+        log.warning("question failed: %s", why, extra={"post_id": post_id})
+        answers.transition(
+            conn, post_id, [s for s in answers.STATES if s not in answers.FINAL_STATES], "failed", error=why
+        )
+        return Outcome(post_id, "failed", why)
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self, post_id: int) -> Iterator[psycopg.Connection[Any] | None]:
+        """A connection in autocommit mode holding the question's advisory lock, or None if taken."""
+        with self.pool.connection() as conn:
+            conn.autocommit = True
+            try:
+                got = conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", (ANSWER_LOCK_CLASS, post_id)
+                ).fetchone()
+                if not got or not got[0]:
+                    yield None
+                    return
+                try:
+                    yield conn
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s, %s)", (ANSWER_LOCK_CLASS, post_id))
+            finally:
+                conn.autocommit = False
+
+    @contextmanager
+    def _stage(self, trace: Trace, name: str) -> Iterator[Any]:
+        with trace.stage(name) as st:
+            started = time.perf_counter()
+            yield st
+        STAGE_SECONDS.labels(name).observe(time.perf_counter() - started)
+
+    def _load_post(self, post_id: int) -> ForumPost | None:
+        try:
+            return self.forum.get_post(post_id)
+        except NotFoundError:
+            return None
+
+    def _question(self, post: ForumPost) -> str:
+        bot = self.settings.discourse.bot_username
+        first_raw: str | None = None
+        title = post.topic_title
+        own = question_for(post.raw or "", bot, "", None)
+        if not own.strip():
+            topic = self.forum.get_topic(post.topic_id)
+            title = topic.title or title
+            first = next((p for p in topic.posts if p.post_number == 1), None)
+            if first is not None:
+                first_raw = first.raw if first.raw is not None else _strip_html(first.cooked)
+        return question_for(post.raw or "", bot, title, first_raw)
+
+    def _existing_reply(self, row: answers.Answer) -> int | None:
+        """The bot's reply to this question already on the forum (a crash after posting), if any."""
+        topic = self.forum.get_topic(row.topic_id, all_posts=True)
+        bot = self.settings.discourse.api_username.lower()
+        for post in topic.posts:
+            if post.username.lower() == bot and post.reply_to_post_number == row.post_number:
+                return post.id
+        return None
+
+    def _trace_dict(self, trace: Trace, **extra: object) -> dict[str, object]:
+        out = trace.to_dict()
+        out.update(extra)
+        return out
+
+
+def _current(conn: psycopg.Connection[Any], post_id: int) -> answers.AnswerState:
+    row = answers.get(conn, post_id)
+    return row.state if row is not None else "queued"
+
+
+def _now(conn: psycopg.Connection[Any]) -> Any:
+    got = conn.execute("SELECT now()").fetchone()
+    return got[0] if got else None
+
+
+def _source_json(source: Source) -> dict[str, object]:
+    return {
+        "n": source.n,
+        "post_id": source.post_id,
+        "topic_id": source.topic_id,
+        "post_number": source.post_number,
+        "slug": source.slug,
+        "title": source.title,
+        "score": source.score,
+    }
+
+
+def _looks_french(row: answers.Answer) -> bool:
+    trace = row.trace or {}
+    info = trace.get("info", {}) if isinstance(trace, dict) else {}
+    return bool(isinstance(info, dict) and info.get("language") == "fr")
+
+
+def _strip_html(html: str) -> str:
+    import re
+
+    return re.sub(r"<[^>]+>", " ", html)
+
+
+__all__ = ["AnswerPipeline", "Outcome", "Zone"]
