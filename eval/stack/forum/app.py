@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from eval.stack.forum import search as forum_search
+from eval.stack.forum.controls import control_routes
 from eval.stack.forum.serialize import (
     error,
     invalid_access,
@@ -86,10 +87,7 @@ class ForumApp:
                 Route("/notifications.json", api(self.notifications), methods=["GET"]),
                 Route("/admin/site_settings.json", api(self.site_settings), methods=["GET"]),
                 Route("/admin/site_settings/{name}.json", api(self.set_site_setting), methods=["PUT"]),
-                Route("/__forum/faults", self.set_faults, methods=["GET", "POST"]),
-                Route("/__forum/users", self.add_user, methods=["POST"]),
-                Route("/__forum/webhooks", self.webhook_log, methods=["GET"]),
-                Route("/__forum/webhooks/{event_id:int}/redeliver", self.redeliver, methods=["POST"]),
+                *control_routes(self),
             ]
         )
         self.app.state.forum = self
@@ -134,9 +132,6 @@ class ForumApp:
         username = request.headers.get("api-username") or "system"
         user = await run_in_threadpool(self.store.user, username)
         return user if user is not None else invalid_access()
-
-    async def _control(self, request: Request) -> Response | None:
-        return None if request.headers.get("api-key") == self.config.api_key else invalid_access()
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -420,47 +415,6 @@ class ForumApp:
         if topic["archetype"] == "private_message":
             return user is not None and (user.admin or user.id in (topic["allowed_user_ids"] or []))
         return bool(topic["visible"]) or (user is not None and user.admin)
-
-    # -- test controls ---------------------------------------------------------------------------
-
-    async def set_faults(self, request: Request) -> Response:
-        denied = await self._control(request)
-        if denied is not None:
-            return denied
-        if request.method == "POST":
-            try:
-                self.faults.update(await request.json())
-            except (ValueError, TypeError) as exc:
-                return error(400, str(exc), "invalid_parameters")
-        return JSONResponse(self.faults.as_dict())
-
-    async def add_user(self, request: Request) -> Response:
-        denied = await self._control(request)
-        if denied is not None:
-            return denied
-        body = await request.json()
-        user = await run_in_threadpool(
-            lambda: self.store.ensure_user(str(body["username"]), admin=bool(body.get("admin", False)))
-        )
-        return JSONResponse({"id": user.id, "username": user.username, "admin": user.admin})
-
-    async def webhook_log(self, request: Request) -> Response:
-        denied = await self._control(request)
-        if denied is not None:
-            return denied
-        return JSONResponse(
-            [
-                {"event_id": d.event_id, "event": d.event, "status": d.status, "attempts": d.attempts}
-                for d in self.webhooks.deliveries
-            ]
-        )
-
-    async def redeliver(self, request: Request) -> Response:
-        denied = await self._control(request)
-        if denied is not None:
-            return denied
-        found = self.webhooks.redeliver(int(request.path_params["event_id"]))
-        return JSONResponse({"queued": found is not None}, status_code=200 if found else 404)
 
 
 async def _params(request: Request) -> dict[str, Any]:

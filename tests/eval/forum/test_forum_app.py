@@ -322,3 +322,13 @@ def test_edit_delete_recover_send_their_webhooks(
     assert events == [("post_created", 1), ("post_edited", 2), ("post_destroyed", 2), ("post_recovered", 2)]
     destroyed = json.loads(receiver[0].got[2][1])["post"]
     assert destroyed["deleted_at"] is not None
+
+
+def test_members_can_be_added(http: TestClient) -> None:
+    added = http.post("/__forum/users", headers=as_user("citebot"), json={"username": "erin"})
+    assert (added.status_code, added.json()["username"], added.json()["admin"]) == (200, "erin", False)
+    assert http.post("/__forum/users", headers=as_user("citebot"), json={"name": "x"}).status_code == 400
+    posted = http.post(
+        "/posts.json", headers=as_user("erin"), json={"topic_id": 11, "raw": "a new member says hello"}
+    )
+    assert (posted.status_code, posted.json()["user_id"]) == (200, added.json()["id"])
