@@ -14,7 +14,8 @@ What each test stands for:
   ``//`` anywhere, ``www.``, a domain-like ``x.yz``, an IPv4 address — markdown-it linkify (fuzzy links
   and e-mails included) and Discourse onebox.
 - ``mention``: ``@`` then a word character — Discourse user and group mentions, and e-mail addresses.
-- ``hashtag``: ``#`` then a word character — Discourse category and tag hashtags.
+- ``hashtag``: ``#`` then a word character, ``:`` or ``-`` — Discourse category and tag hashtags
+  (its matcher allows letters, digits, ``_``, ``:`` and ``-`` after the ``#``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ _URL = re.compile(
     re.IGNORECASE,
 )
 _MENTION = re.compile(rf"[@\uff20\ufe6b]{_EM}{_NAME}")
-_HASHTAG = re.compile(rf"[#\uff03\ufe5f]{_EM}{_NAME}")
+_HASHTAG = re.compile(rf"[#\uff03\ufe5f]{_EM}(?:{_NAME}|[:-])")  # Discourse slugs may start with : or -
 _WORD = re.compile(rf"[^\s|<>{chr(SLOT_BASE)}-\U0010ffff]+")
 _LEADING = "([{\"'*_~"
 _TRAILING = ".,;:!?)]}\"'*_~"

@@ -24,7 +24,7 @@ _LINKISH = re.compile(
     r"|\w@\w"
 )
 _MENTION = re.compile(r"(?<![\w`])@\w")
-_HASHTAG = re.compile(r"(?<![\w&])#\w")
+_HASHTAG = re.compile(r"(?<!\w)#[\w:-]")
 
 
 def audit(markdown: str, allowed_targets: Iterable[str]) -> list[str]:
