@@ -12,6 +12,7 @@ Bounded work, never an exception for any input string:
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_MS = 50
 DEFAULT_MAX_CHARS = 4000
 _WORDS = re.compile(r"\w+")
+_SENTENCE_END = re.compile(r"[.!?]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,17 +83,24 @@ class Gate:
         heads = {word[:n] for word in words for n in self._head_lengths}
         language = language_of(words, original)
         timed_out: list[str] = []
+        ends: list[int] | None = None
         for rule in self.rules.rules:
             if not all(_satisfied(group, words, heads) for group in rule.triggers):
                 continue
-            if self._hits(rule, normalized, timed_out):
+            if rule.triggers:
+                if ends is None:
+                    ends = [m.start() for m in _SENTENCE_END.finditer(normalized)]
+                spans = _sentences(rule.triggers[0], words, heads, normalized, ends)
+            else:
+                spans = [(0, len(normalized))]
+            if self._hits(rule, normalized, spans, timed_out):
                 reply = self.rules.replies[rule.category].text(language)
                 return GateDecision(True, rule.id, rule.category, language, reply, tuple(timed_out))
         return GateDecision(False, None, None, language, None, tuple(timed_out))
 
-    def _hits(self, rule: Rule, normalized: str, timed_out: list[str]) -> bool:
+    def _hits(self, rule: Rule, normalized: str, spans: list[tuple[int, int]], timed_out: list[str]) -> bool:
         try:
-            if rule.pattern.search(normalized, timeout=self.timeout_s) is None:
+            if not any(rule.pattern.search(normalized, s, e, timeout=self.timeout_s) for s, e in spans):
                 return False
         except TimeoutError:
             log.warning("gate rule %s: pattern timed out; counted as no hit", rule.id)
@@ -109,3 +118,18 @@ class Gate:
 
 def _satisfied(group: TriggerGroup, words: set[str], heads: set[str]) -> bool:
     return not (group.words.isdisjoint(words) and group.prefixes.isdisjoint(heads))
+
+
+def _sentences(
+    group: TriggerGroup, words: set[str], heads: set[str], text: str, ends: list[int]
+) -> list[tuple[int, int]]:
+    """The sentences of ``text`` that hold a word of ``group``: a pattern never crosses ``.``, ``!``
+    or ``?`` and contains a word of each trigger group, so only those sentences can match."""
+    found: set[int] = set()
+    for needle in (group.words & words) | (group.prefixes & heads):
+        at = text.find(needle)
+        while at != -1:
+            index = bisect.bisect_left(ends, at)
+            found.add(index)
+            at = text.find(needle, ends[index] + 1) if index < len(ends) else -1
+    return [(ends[i - 1] + 1 if i else 0, ends[i] if i < len(ends) else len(text)) for i in sorted(found)]

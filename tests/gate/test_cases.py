@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from eval.bench.gate import FORUM, forum_questions
 from gate import Gate, RuleSet
 
 HERE = Path(__file__).parent
@@ -74,6 +75,6 @@ def test_triggers_never_change_a_decision(gate: Gate) -> None:
         replies=gate.rules.replies,
     )
     without = Gate(plain)
-    texts = [row["text"] for row in CASES + HELDOUT + load(PROBES)]
+    texts = [row["text"] for row in CASES + HELDOUT + load(PROBES)] + forum_questions(FORUM, limit=300)
     for text in texts:
         assert gate.check(text) == without.check(text), text

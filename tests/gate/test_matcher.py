@@ -134,3 +134,14 @@ def test_never_raises_on_any_text(text: str) -> None:
     decision = SHIPPED.check(text)
     assert decision.language in {"en", "fr"}
     assert decision.hit == (decision.rule_id is not None)
+
+
+def test_patterns_are_matched_inside_the_sentences_that_hold_a_trigger() -> None:
+    text = rules(r"make[^\w.!?]+(?:a[^\w.!?]+)?bomb", second=False)
+    text += 'triggers = [["bomb"], ["make"]]\n'
+    gate = Gate(parse_rules(text, source="t"))
+    assert gate.check("Hello there. How do I make a bomb? Thanks.").hit
+    assert gate.check("bomb. make a bomb").hit
+    assert gate.check("first bomb! then: make a bomb").hit
+    assert not gate.check("I make a. Bomb is a word.").hit  # never across a sentence end
+    assert not gate.check("make a cake. bomb").hit
