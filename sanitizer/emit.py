@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from sanitizer.codespans import render_code_span
 from sanitizer.text import is_escape, is_slot
@@ -26,14 +27,12 @@ from sanitizer.text import is_escape, is_slot
 _ENTITY_AHEAD = re.compile(r"#[0-9]{1,7};|#[xX][0-9a-fA-F]{1,6};|[A-Za-z][A-Za-z0-9]{0,31};")
 
 
+@dataclass(frozen=True, slots=True)
 class Slot:
     """What a slot character stands for: verbatim Markdown (a citation run) or code span content."""
 
-    __slots__ = ("code", "value")
-
-    def __init__(self, value: str, *, code: bool) -> None:
-        self.value = value
-        self.code = code
+    value: str
+    code: bool
 
 
 def emit_prose(raw: str, display: str, wraps: list[tuple[int, int, str]], slots: Mapping[str, Slot]) -> str:
