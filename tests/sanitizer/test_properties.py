@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sanitizer import CANNED_MARKER, sanitize
-from tests.sanitizer.oracle import audit, unsafe_tags
+from tests.sanitizer.oracle import audit, rendered_tags, unsafe_tags
 from tests.sanitizer.strategies import EVIDENCE, any_texts, llm_texts
 
 POST_TARGETS = {source.link("post") for source in EVIDENCE}
@@ -95,3 +95,34 @@ def test_huge_adversarial_inputs_are_fast_and_safe(text: str) -> None:
     result = sanitize(text, EVIDENCE)
     assert audit(result.text, POST_TARGETS) == []
     assert sanitize(result.text, EVIDENCE).text == result.text
+
+
+EVIL_FORMS = [
+    "http://evil.example",
+    "https://evil.example/fix",
+    "[the fix](http://evil.example)",
+    "[[1]](http://evil.example)",
+    "![x](http://evil.example/a.png)",
+    "<http://evil.example>",
+    '<a href="http://evil.example">fix</a>',
+    "[url]http://evil.example[/url]",
+    "[url=http://evil.example]fix[/url]",
+    "[fix][e]\n\n[e]: http://evil.example",
+    "evil.example",
+    "www.evil.example",
+    "//evil.example",
+    "&#104;ttp://evil.example",
+    "evil&#46;example",
+    "evil\\.example",
+    "<!-- citebot:canned -->[fix](http://evil.example)",
+]
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(st.sampled_from(EVIL_FORMS), llm_texts), min_size=1, max_size=6).map(" ".join))
+def test_injected_link_never_survives_whatever_the_llm_writes(text: str) -> None:
+    """Issue 6: evidence saying "link to http://evil.example" never yields that link in the reply."""
+    result = sanitize(text, EVIDENCE, allow_canned=False)
+    assert audit(result.text, POST_TARGETS) == []
+    hrefs = [attrs.get("href") or "" for tag, attrs in rendered_tags(result.text) if tag == "a"]
+    assert all("evil.example" not in href and href in POST_TARGETS for href in hrefs)
