@@ -1,5 +1,9 @@
 """The gate itself: normalise a question, try the rules in order, return a decision.
 
+A rule is tried only when its trigger groups all have a word in the question, and its pattern is
+searched only in the sentences that hold a word of its first group (see :mod:`gate.rules`); its
+exceptions are searched in the whole question. The first rule that hits decides.
+
 Bounded work, never an exception for any input string:
 
 - the question is cut to ``max_chars`` characters before normalisation (a longer post is judged on

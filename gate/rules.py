@@ -16,7 +16,7 @@ Format (``docs/gate.md`` has the full description)::
     language = "any"                          # "en", "fr" or "any": the patterns' language
     description = "making an explosive device"
     triggers = [["@make"], ["bomb*", "explosive", "explosives"]]   # optional speed-up, see below
-    patterns = ['{{make}} .{0,30}bomb']       # any one matching is a hit ...
+    patterns = ['{{make}}[^.!?]{0,30}bomb']   # any one matching is a hit ...
     exceptions = ['\\bin my game\\b']         # ... unless one of these matches too
 
     [replies.weapons]
@@ -25,12 +25,14 @@ Format (``docs/gate.md`` has the full description)::
 
 Patterns are matched against :func:`gate.normalize.normalize` output, so they are written in lower
 case; accents are folded and doubled letters squeezed in the patterns too (``fold_pattern``).
+A pattern must not cross a sentence end (``.``, ``!``, ``?``): the gate searches sentence by sentence.
 
-``triggers`` make the gate fast: a rule is tried only when, for every group, some word of the
-question is one of the group's words (``"bomb"``) or starts with one of its prefixes (``"bomb*"``;
-the first five letters count). A flat list is one group. They are a necessary condition the author
-asserts ("any text this rule can hit contains one of these words"); the tests check it on every
-labelled case. A rule without triggers is always tried.
+``triggers`` make the gate fast. A flat list is one group; every match of a pattern must contain a
+word of each group: one of its words (``"bomb"``) or a word starting with one of its prefixes
+(``"bomb*"``; the first five letters count). The gate tries a rule only when every group has a word
+in the question, and only in the sentences that hold a word of the first group. This is a promise
+of the rule's author, checked by the tests on every labelled case. A rule without triggers is
+always tried, on the whole text.
 Anything wrong raises :class:`gate.errors.RulesError` naming the file, the rule and the reason.
 """
 
