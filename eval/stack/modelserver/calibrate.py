@@ -1,26 +1,29 @@
 """Fit the bi-encoder scorer's calibration: cosine → relevance logit, on labelled forum questions.
 
-    python -m eval.stack.modelserver.calibrate [--data DIR] [--pool N] [--out calibration.json]
+    python -m eval.stack.modelserver.calibrate [--data DIR] [--pool N] [--cache F.npz] [--out F.json]
 
 The zone thresholds are logits of a cross-encoder: −4 (≈ 2 % relevant: abstain) and 0 (50 %: weak
 below). For the embedding model's cosine to stand in for one, we fit ``logit = a·cos + b`` by logistic
-regression on (question, text) pairs, where each text is what the reranker reads (topic title + first
-300 characters of the post):
+regression (numpy, Newton/IRLS). Texts are what the reranker reads: topic title + first 300
+characters of the post. The candidates are a pool of posts: every post of the dev questions' gold
+topics plus ``--pool`` posts of random other topics (the question's own first post hidden).
 
-- positives: an in-domain dev question vs its gold accepted answer;
-- hard negatives: the question vs the posts of other topics it is closest to (what competes with the
-  gold post at the top of the list); random negatives: vs random posts of other topics;
-- out-of-domain questions vs the posts they are closest to (the best the forum offers them).
+Two kinds of data:
 
-Posts of the gold topic other than the accepted answer are left out: they may or may not answer.
+- pairs: an in-domain dev question vs its gold accepted answer (positive); vs the 3 posts of other
+  topics closest to it (hard negatives) and 3 random posts of other topics (negatives); an
+  out-of-domain question vs the 3 posts closest to it (negatives).
+- top candidates, one per question: the pool post with the highest cosine, relevant when it belongs
+  to the gold topic (the bot would cite it); never relevant for out-of-domain questions.
 
-Class balance. A pairwise fit's prior is whatever ratio of negatives we sampled, which means nothing.
-The zone reads the score of the *top* candidate, so we set the prior to what it is there: the share of
-dev questions whose top candidate (highest cosine in the pool) is relevant. Positives get that share
-of the total weight, negatives the rest; the probability then reads "P(relevant) for a top
-candidate". The fit is checked on those top candidates (one per question, in-domain and out): mean
-predicted probability vs observed rate, and precision/recall of "≥ 0" and "≥ −4", in-sample and with a
-two-fold split by question.
+Class balance. A fit on pairs has the prior of however many negatives we sampled, which means
+nothing. The zone reads the score of the *top* candidate, so what the logit must mean is "P(relevant)
+for a top candidate". Three fits are tried — the pairs with positives weighted to the top-candidate
+relevance rate; the pairs' slope with the intercept refitted on the top candidates; the top candidates
+alone — and each is scored by its log-loss on the top candidates of held-out questions (two folds by
+question). The best is kept and written, with the others' figures, to ``calibration.json``. The prior
+is then the dev set's: 348 answerable questions, 34 out-of-domain ones. Real traffic has more
+unanswerable questions, so the logit is, if anything, optimistic.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.stack.modelserver.models import CALIBRATION_PATH, EmbeddingModel
+from eval.stack.modelserver.models import CALIBRATION_PATH, SHIPPED_MODEL_ID, EmbeddingModel
 from worker.clients.tei import rerank_texts
 
 log = logging.getLogger(__name__)
@@ -134,13 +137,17 @@ class Pairs:
     question: np.ndarray  # question index, for the split
 
 
-def build(
-    model: EmbeddingModel, data: Path, pool_size: int, hard: int, rand: int, seed: int
-) -> tuple[Pairs, Pairs, list[tuple[str, float]]]:
-    """The training pairs, the top-candidate records, and (question, top cosine) of out-of-domain ones."""
+def similarities(data: Path, pool_size: int, seed: int, cache: Path | None) -> tuple[np.ndarray, ...]:
+    """Cosine of every dev question (in-domain, then out-of-domain) with every post of the pool.
+
+    The pool: every post of the gold topics plus ``pool_size`` posts of random other topics. Cached
+    in ``cache`` (an .npz) when given, since embedding the pool takes minutes on a small CPU.
+    """
+    if cache is not None and cache.exists():
+        with np.load(cache) as saved:
+            return saved["sims"], saved["ids"], saved["topics"]
     rng = random.Random(seed)
-    questions = [json.loads(line) for line in (data / "eval/questions-dev.jsonl").open(encoding="utf-8")]
-    ood = [json.loads(line) for line in (data / "eval/out-of-domain-dev.jsonl").open(encoding="utf-8")]
+    questions, ood = load_questions(data)
     gold_topics = {t for q in questions for t in q["gold_topic_ids"]}
     others = sorted(p for p in (data / "topics").glob("*.json") if int(p.stem) not in gold_topics)
     rng.shuffle(others)
@@ -153,13 +160,29 @@ def build(
             break
         posts.extend(load_posts(f))
     log.info("pool: %d posts (%d from gold topics)", len(posts), n_gold_topic_posts)
-    texts = [q["question"] for q in questions] + [q["question"] for q in ood]
-    qv = model.embed(texts)
+    model = EmbeddingModel()
+    qv = model.embed([q["question"] for q in questions] + [q["question"] for q in ood])
     pv = model.embed([p.text for p in posts])
     sims = qv @ pv.T
     ids = np.array([p.id for p in posts])
     topics = np.array([p.topic_id for p in posts])
+    if cache is not None:
+        np.savez_compressed(cache, sims=sims, ids=ids, topics=topics)
+    return sims, ids, topics
 
+
+def load_questions(data: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    questions = [json.loads(line) for line in (data / "eval/questions-dev.jsonl").open(encoding="utf-8")]
+    ood = [json.loads(line) for line in (data / "eval/out-of-domain-dev.jsonl").open(encoding="utf-8")]
+    return questions, ood
+
+
+def build(
+    data: Path, sims: np.ndarray, ids: np.ndarray, topics: np.ndarray, hard: int, rand: int, seed: int
+) -> tuple[Pairs, Pairs, list[tuple[str, float]]]:
+    """The training pairs, the top-candidate records, and (question, top cosine) of out-of-domain ones."""
+    rng = random.Random(seed + 1)
+    questions, ood = load_questions(data)
     cos: list[float] = []
     label: list[int] = []
     qidx: list[int] = []
@@ -170,8 +193,7 @@ def build(
         gold = set(q["gold_post_ids"])
         own_topic = np.isin(topics, q["gold_topic_ids"])
         is_gold = np.isin(ids, list(gold))
-        hidden = np.isin(ids, q.get("exclude_post_ids", [])) | (own_topic & ~is_gold)
-        row = np.where(hidden, -np.inf, sims[i])
+        row = np.where(np.isin(ids, q.get("exclude_post_ids", [])), -np.inf, sims[i])
         for j in np.flatnonzero(is_gold):
             cos.append(float(sims[i, j]))
             label.append(1)
@@ -187,7 +209,7 @@ def build(
             qidx.append(i)
         best = int(np.argmax(row))
         top_cos.append(float(row[best]))
-        top_label.append(int(is_gold[best]))
+        top_label.append(int(own_topic[best]))  # a post of the gold topic: the bot would cite it
         top_q.append(i)
     ood_top: list[tuple[str, float]] = []
     for k, q in enumerate(ood):
@@ -207,16 +229,51 @@ def build(
 
 
 def fit(pairs: Pairs, prior: float) -> tuple[float, float]:
-    """Fit with positives carrying ``prior`` of the total weight."""
+    """Fit on pairs with positives carrying ``prior`` of the total weight."""
     pos = pairs.label == 1
     w = np.where(pos, prior / pos.sum(), (1 - prior) / (~pos).sum()) * len(pairs.label)
     return fit_logistic(pairs.cos, pairs.label, w)
 
 
+def fit_intercept(x: np.ndarray, y: np.ndarray, a: float) -> float:
+    """The intercept ``b`` maximising the likelihood of ``σ(a·x + b)`` with the slope held.
+
+    The score ``Σ(y − σ(a·x + b))`` falls as ``b`` grows, so bisection finds its root safely.
+    """
+    lo, hi = -60.0, 60.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if float((y - 1.0 / (1.0 + np.exp(-np.clip(a * x + mid, -500, 500)))).sum()) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+METHODS = ("pairs", "pairs-slope-top-intercept", "top-candidates")
+
+
+def fit_method(method: str, pairs: Pairs, tops: Pairs) -> tuple[float, float]:
+    """One of three ways to fit; all are checked on top candidates and the best held-out one kept.
+
+    ``pairs``: the pairs, positives weighted to the top-candidate relevance rate.
+    ``pairs-slope-top-intercept``: the slope from the pairs, the intercept refitted on top candidates
+    (the pairs say how relevance grows with the cosine; the top candidates say where it stands).
+    ``top-candidates``: both from the top candidates alone (one per question).
+    """
+    prior = float(tops.label.mean())
+    if method == "pairs":
+        return fit(pairs, prior)
+    if method == "pairs-slope-top-intercept":
+        a, _ = fit(pairs, prior)
+        return a, fit_intercept(tops.cos, tops.label, a)
+    return fit_logistic(tops.cos, tops.label, np.ones_like(tops.cos))
+
+
 def evaluate(a: float, b: float, tops: Pairs) -> dict[str, float]:
     """On top candidates: mean P vs observed, precision/recall of logit ≥ 0 and ≥ −4, log-loss."""
     logit = a * tops.cos + b
-    p = 1 / (1 + np.exp(-logit))
+    p = 1 / (1 + np.exp(-np.clip(logit, -500, 500)))
     y = tops.label
     out: dict[str, float] = {
         "n": float(len(y)),
@@ -240,26 +297,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--random", type=int, default=3, help="random negatives per question")
     parser.add_argument("--seed", type=int, default=20261130)
     parser.add_argument("--out", type=Path, default=CALIBRATION_PATH)
+    parser.add_argument("--cache", type=Path, default=None, help="an .npz keeping the cosines between runs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    model = EmbeddingModel()
-    pairs, tops, ood_top = build(model, args.data, args.pool, args.hard, args.random, args.seed)
+    sims, ids, topics = similarities(args.data, args.pool, args.seed, args.cache)
+    pairs, tops, ood_top = build(args.data, sims, ids, topics, args.hard, args.random, args.seed)
     in_domain = tops.question < int(tops.question.max()) + 1 - len(ood_top)
-    prior = float(tops.label[in_domain].mean())  # top candidate relevant, answerable questions
-    a, b = fit(pairs, prior)
+    prior = float(tops.label.mean())
 
-    # Two-fold check by question: fit on one half (prior from that half), evaluate on the other.
-    folds = []
-    for half in (0, 1):
-        train = pairs.question % 2 == half
-        t_train = (tops.question % 2 == half) & in_domain
-        sub = Pairs(pairs.cos[train], pairs.label[train], pairs.question[train])
-        fa, fb = fit(sub, float(tops.label[t_train].mean()))
-        test = tops.question % 2 != half
-        folds.append(evaluate(fa, fb, Pairs(tops.cos[test], tops.label[test], tops.question[test])))
-    held_out = {k: float(np.nanmean([f[k] for f in folds])) for k in folds[0]}
-    in_sample = evaluate(a, b, tops)
+    # Two-fold check by question: fit on one half, evaluate on the other's top candidates.
+    methods: dict[str, dict[str, Any]] = {}
+    for method in METHODS:
+        folds = []
+        for half in (0, 1):
+            train, test = pairs.question % 2 == half, tops.question % 2 != half
+            t_train = tops.question % 2 == half
+            fa, fb = fit_method(method, _subset(pairs, train), _subset(tops, t_train))
+            folds.append(evaluate(fa, fb, _subset(tops, test)))
+        a, b = fit_method(method, pairs, tops)
+        methods[method] = {
+            "a": round(a, 4),
+            "b": round(b, 4),
+            "in_sample": {k: round(v, 4) for k, v in evaluate(a, b, tops).items()},
+            "two_fold": {k: round(float(np.nanmean([f[k] for f in folds])), 4) for k in folds[0]},
+        }
+    chosen = min(METHODS, key=lambda m: float(methods[m]["two_fold"]["log_loss"]))
+    a, b = float(methods[chosen]["a"]), float(methods[chosen]["b"])
+    in_sample = methods[chosen]["in_sample"]
+    held_out = methods[chosen]["two_fold"]
     pair_p = 1 / (1 + np.exp(-(a * pairs.cos + b)))
     ood: list[dict[str, Any]] = [
         {"question": q, "top_cosine": round(c, 4), "logit": round(a * c + b, 3), "french": _is_french(q)}
@@ -268,15 +334,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {
         "a": round(a, 4),
         "b": round(b, 4),
-        "model_id": model.model_id,
+        "model_id": SHIPPED_MODEL_ID,
         "formula": "logit = a * cosine + b; P(relevant) = sigmoid(logit)",
         "cosine_at_logit": {"-4": round((-4 - b) / a, 4), "0": round(-b / a, 4)},
         "fitted": {
             "date": dt.date.today().isoformat(),
             "data": "urho3d eval/questions-dev.jsonl + eval/out-of-domain-dev.jsonl",
-            "method": "weighted logistic regression (numpy IRLS) on pairs; positives weighted to the "
-            "top-candidate relevance rate",
+            "method": chosen,
+            "chosen_by": "lowest two-fold log-loss on top candidates",
             "prior_top_candidate_relevant": round(prior, 4),
+            "top_candidate_relevant_in_domain": round(float(tops.label[in_domain].mean()), 4),
             "pool_posts": int(args.pool),
             "pairs": len(pairs.label),
             "positives": int(pairs.label.sum()),
@@ -288,8 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "mean_p_positive_pairs": round(float(pair_p[pairs.label == 1].mean()), 4),
             "mean_p_negative_pairs": round(float(pair_p[pairs.label == 0].mean()), 4),
         },
-        "top_candidate_in_sample": {k: round(v, 4) for k, v in in_sample.items()},
-        "top_candidate_two_fold": {k: round(v, 4) for k, v in held_out.items()},
+        "top_candidate_in_sample": in_sample,
+        "top_candidate_two_fold": held_out,
+        "methods": methods,
         "out_of_domain": {
             "abstained_at_-4": sum(o["logit"] < -4 for o in ood),
             "below_0": sum(o["logit"] < 0 for o in ood),
@@ -309,13 +377,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     }
     args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(json.dumps({k: result[k] for k in ("a", "b", "cosine_at_logit")}))
+    print(json.dumps({k: result[k] for k in ("a", "b", "cosine_at_logit")}), "method:", chosen)
+    for method, figures in methods.items():
+        print(f"  {method}: a={figures['a']} b={figures['b']} two-fold {json.dumps(figures['two_fold'])}")
     print("top candidates, in sample:", json.dumps(result["top_candidate_in_sample"]))
     print("top candidates, two-fold: ", json.dumps(result["top_candidate_two_fold"]))
     print(
         "out of domain:", json.dumps({k: v for k, v in result["out_of_domain"].items() if k != "questions"})
     )
     return 0
+
+
+def _subset(p: Pairs, mask: np.ndarray) -> Pairs:
+    return Pairs(p.cos[mask], p.label[mask], p.question[mask])
 
 
 def _is_french(text: str) -> bool:
