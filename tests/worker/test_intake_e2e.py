@@ -138,6 +138,7 @@ def stack(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
 def test_member_question_reaches_the_worker_once(stack: Stack, redis_url: str) -> None:
     post_id = stack.member_posts("alice", 10, "@citebot how do I set the shader precision?")
     wait_for(lambda: stack.rows() == [(post_id, "queued", "webhook")])
+    assert stack.forum.webhooks.flush()
     assert [d.status for d in stack.forum.webhooks.deliveries] == [200]
     # a member's post that does not address the bot makes no row
     stack.member_posts("bob", 10, "I have the same problem on my phone too.")
