@@ -33,14 +33,25 @@ _TIGHT = frozenset(".,;:!?)\n")
 
 @dataclass(slots=True)
 class CitationLog:
-    """What the resolver did, in order of appearance."""
+    """What the resolver did, each number once, in order of first appearance."""
 
     cited: list[int] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     forged: bool = False
+    _seen: dict[str, set[int]] = field(default_factory=lambda: {"cited": set(), "dropped": set()})
 
-    def note(self, numbers: list[int], into: list[int]) -> None:
-        into.extend(n for n in numbers if n not in into)
+    def cite(self, numbers: list[int]) -> None:
+        self._add(numbers, self.cited, self._seen["cited"])
+
+    def drop(self, n: int) -> None:
+        self._add([n], self.dropped, self._seen["dropped"])
+
+    @staticmethod
+    def _add(numbers: list[int], into: list[int], seen: set[int]) -> None:
+        for n in numbers:
+            if n not in seen:
+                seen.add(n)
+                into.append(n)
 
 
 class CitationResolver:
@@ -68,11 +79,10 @@ class CitationResolver:
         return _MARKS.sub(lambda m: self._render(m.group(0), slot), text)
 
     def _render(self, marks: str, slot: Callable[[str], str]) -> str:
-        numbers: list[int] = []
-        for ch in marks:
-            if ord(ch) >= CITE_BASE:
-                numbers.extend(n for n in self._marks[ord(ch) - CITE_BASE] if n not in numbers)
-        self.log.note(numbers, self.log.cited)
+        numbers = list(
+            dict.fromkeys(n for ch in marks if ord(ch) >= CITE_BASE for n in self._marks[ord(ch) - CITE_BASE])
+        )
+        self.log.cite(numbers)
         return slot(", ".join(f"[{n}]({self._links[n]})" for n in numbers))
 
     def _run(self, match: re.Match[str]) -> str:
@@ -84,12 +94,12 @@ class CitationResolver:
                 n, target = int(part.group("n")), part.group("target")
                 if target not in self._known.get(n, set()):
                     self.log.forged = True
-                    self.log.note([n], self.log.dropped)
+                    self.log.drop(n)
                     continue
                 found = [n]
             for n in found:
                 if n not in self._links:
-                    self.log.note([n], self.log.dropped)
+                    self.log.drop(n)
                 elif n not in numbers:
                     numbers.append(n)
         if not numbers:
