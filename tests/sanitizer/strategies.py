@@ -44,3 +44,24 @@ fragments = st.one_of(
 )
 llm_texts = st.lists(fragments, max_size=40).map("".join)
 any_texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=400)
+
+_PREFIXES = (
+    "",
+    "",
+    "- ",
+    "1. ",
+    "> ",
+    "    ",
+    "  - ",
+    "| ",
+    "# ",
+    "```",
+    "~~~",
+    "   ```js",
+    "    ```",
+    "<div>",
+    "[x]: ",
+)
+_line = st.tuples(st.sampled_from(_PREFIXES), llm_texts.map(lambda s: s.replace("\n", " "))).map("".join)
+documents = st.lists(_line, max_size=12).map("\n".join)
+"""Multi-line Markdown documents: lists, quotes, tables, headings and fences around the tricks above."""

@@ -8,12 +8,12 @@ from hypothesis import strategies as st
 
 from sanitizer import CANNED_MARKER, sanitize
 from tests.sanitizer.oracle import audit, rendered_tags, unsafe_tags
-from tests.sanitizer.strategies import EVIDENCE, any_texts, llm_texts
+from tests.sanitizer.strategies import EVIDENCE, any_texts, documents, llm_texts
 
 POST_TARGETS = {source.link("post") for source in EVIDENCE}
 TOPIC_TARGETS = {source.link("topic", "https://forum.example.org") for source in EVIDENCE}
 
-texts = st.one_of(llm_texts, any_texts)
+texts = st.one_of(llm_texts, any_texts, documents)
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
