@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import subprocess
+import sys
 import threading
 
 NAME = "worker"
@@ -25,7 +27,7 @@ def register(group: argparse.ArgumentParser) -> None:
         "--processes",
         type=int,
         default=1,
-        help="worker processes; more than 1 needs the `dramatiq` CLI (see docs/intake.md)",
+        help="worker processes (default 1): this one plus N-1 children, stopped together",
     )
     p.add_argument("--queues", nargs="*", default=None, help="only these queues (default: all)")
     p.set_defaults(handler=_run)
@@ -41,10 +43,9 @@ def _run(args: argparse.Namespace) -> int:
     from worker.runtime import RuntimeProvider
 
     settings = settings_from(args)
-    if args.processes != 1:
-        raise ConfigError(
-            "--processes > 1 is not supported in-process; run one `citebot worker run` per process"
-        )
+    if args.processes < 1:
+        raise ConfigError("--processes must be at least 1")
+    children = [_spawn_child(args) for _ in range(args.processes - 1)]
     broker = build_broker(settings.redis, settings.limits)
     runtime = RuntimeProvider(settings)
     declare_actors(broker, runtime, settings.limits)
@@ -64,7 +65,19 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        for child in children:
+            child.terminate()
         worker.stop()
         broker.close()
         runtime.close()
+        for child in children:
+            child.wait(30)
     return 0
+
+
+def _spawn_child(args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    """One more worker process with the same options (it inherits the environment, hence the settings)."""
+    command = [sys.executable, "-m", "worker.cli", "worker", "run", "--threads", str(args.threads)]
+    if args.queues:
+        command += ["--queues", *args.queues]
+    return subprocess.Popen(command)  # noqa: S603 - our own CLI, no shell

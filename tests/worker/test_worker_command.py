@@ -1,0 +1,74 @@
+"""``citebot worker run`` as a real process: consumes the queue, several processes, clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+import pytest
+
+from tests.conftest import REDIS_NAMESPACE, make_settings
+from worker.actors import declare_actors
+from worker.broker import build_broker
+from worker.runtime import Runtime
+
+pytestmark = pytest.mark.integration
+
+
+def test_worker_run_with_two_processes_answers_and_stops(db_url: str, redis_url: str) -> None:
+    env = {
+        **os.environ,
+        "CITEBOT_DATABASE__URL": db_url,
+        "CITEBOT_REDIS__URL": redis_url,
+        "CITEBOT_REDIS__NAMESPACE": REDIS_NAMESPACE,
+        "CITEBOT_EMBEDDINGS__MODEL": "test-model",
+        "CITEBOT_EMBEDDINGS__DIMENSION": "8",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "worker", "run", "--threads", "1", "--processes", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(line.decode() for line in proc.stdout or []), daemon=True
+    )
+    reader.start()
+    deadline = time.monotonic() + 60
+    while sum("worker started" in line for line in list(lines)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    settings = make_settings(db_url, redis_url)
+    broker = build_broker(settings.redis, settings.limits)
+
+    def runtime() -> Runtime:
+        raise AssertionError("this process only sends")
+
+    actors = declare_actors(broker, runtime, settings.limits)
+    try:
+        for post_id in range(900, 906):
+            actors.answer_question.send(post_id, 1, 1)
+        deadline = time.monotonic() + 60
+        rows: list[tuple[int, str]] = []
+        while time.monotonic() < deadline:
+            with psycopg.connect(db_url) as conn:
+                rows = [(int(r[0]), str(r[1])) for r in conn.execute("SELECT post_id, state FROM answers")]
+            if len(rows) == 6:
+                break
+            time.sleep(0.2)
+        assert sorted(rows) == [(p, "queued") for p in range(900, 906)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        reader.join(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        broker.close()
+    output = "".join(lines)
+    assert proc.returncode == 0, output
+    assert output.count("worker started") == 2  # the parent and its child
