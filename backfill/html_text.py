@@ -32,7 +32,7 @@ _VOID = frozenset(
 )
 _SPACES = re.compile(r"[ \t\f\v\u00a0]+")
 _TAG = re.compile(r"<[^>]*>")
-_SIMPLE_BLOCKS = re.compile(r"<(?:br\s*/?|/p|/li|/h\d|/div|/tr)>", re.IGNORECASE)
+_SIMPLE_ENDS = ("</p>", "<br>", "<br/>", "<br />", "</li>", "</h1>", "</h2>", "</h3>", "</h4>", "</tr>")
 
 
 class _TextParser(HTMLParser):
@@ -116,7 +116,11 @@ def html_to_text(cooked: str) -> str:
     if "<aside" not in cooked and "<pre" not in cooked and "<div" not in cooked and "<script" not in cooked:
         # Fast path for the common post (paragraphs, links, inline code, images): the choices above
         # only differ from "strip tags" for asides, code blocks, lightboxes and scripts.
-        text = _TAG.sub("", _SIMPLE_BLOCKS.sub("\n", cooked))
+        # str.replace runs in C: much cheaper than a regex for the few block ends cooked HTML uses.
+        for end in _SIMPLE_ENDS:
+            if end in cooked:
+                cooked = cooked.replace(end, "\n")
+        text = _TAG.sub("", cooked) if "<" in cooked else cooked
         return _tidy(unescape(text))
     parser = _TextParser()
     parser.feed(cooked)
@@ -126,5 +130,5 @@ def html_to_text(cooked: str) -> str:
 
 def _tidy(text: str) -> str:
     # One line per block, no blank lines: line breaks carry no meaning for the embedding model.
-    lines = (_SPACES.sub(" ", line).strip() for line in text.split("\n"))
+    lines = (line.strip() for line in _SPACES.sub(" ", text).split("\n"))
     return "\n".join(line for line in lines if line)

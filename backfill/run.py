@@ -42,6 +42,7 @@ class BackfillOptions:
     concurrency: int = 2
     max_tokens: int = 256
     progress: bool | None = None
+    build_index: bool = True  # False leaves a dropped index missing (benchmarks; a later run builds it)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
@@ -83,6 +84,7 @@ class _Page:
     futures: list[tuple[int, Future[EmbedResult]]]
     skipped: int
     reasons: Counter[str]
+    fresh: bool = False
 
 
 class _Run:
@@ -120,7 +122,7 @@ class _Run:
         t0 = time.perf_counter()
         existing = self.store.digests(batch.lo, batch.hi)
         t1 = time.perf_counter()
-        page = _Page(batch, [], [], [], 0, Counter())
+        page = _Page(batch, [], [], [], 0, Counter(), fresh=not existing)
         names: dict[int, str] = {}
         for post in batch.posts:
             cid, cname = post.category_id, post.category_name
@@ -177,6 +179,7 @@ class _Run:
             source_key=self.source.key,
             cursor=batch.cursor if checkpoint and not partial else None,
             stats={**self.stats(), "seen": self.counts["seen"] + len(batch.posts)},
+            fresh=page.fresh and not partial,
         )
         if partial:
             self.counts.update(embedded=len(ok_posts))
@@ -320,7 +323,8 @@ def run_backfill(
                 run.pump(cursor, progress)
             status = "done" if run.exhausted else "idle"
             t0 = time.perf_counter()
-            build_s = build_index(database.url, concurrently=live)
+            if options.build_index:
+                build_s = build_index(database.url, concurrently=live)
             run.timings["index_build"] += time.perf_counter() - t0
         finally:
             if status == "failed" and index_state(conn) != "valid":

@@ -14,6 +14,7 @@ from datetime import datetime
 
 import numpy as np
 import psycopg
+import psycopg.errors
 from numpy.typing import NDArray
 
 from backfill.prepare import PreparedPost
@@ -134,8 +135,14 @@ class IndexStore:
         source_key: str,
         cursor: int | None,
         stats: Mapping[str, float],
+        fresh: bool = False,
     ) -> int:
-        """Upsert embedded posts, delete what the range no longer holds, checkpoint; return rows removed."""
+        """Upsert embedded posts, delete what the range no longer holds, checkpoint; return rows removed.
+
+        ``fresh``: the index held nothing in [lo, hi] when the page was read, so the rows are COPied
+        straight into ``post_index`` (half the writes of staging + upsert); should a webhook have
+        indexed one of them meanwhile, the unique violation sends the page through the staging path.
+        """
         keep_ids = sorted(set(keep))
         if posts:
             self._ensure_stage()
@@ -143,8 +150,16 @@ class IndexStore:
             if posts:
                 if vectors is None or len(vectors) != len(posts):
                     raise ValueError("one vector per post is required")
-                self._copy(posts, vectors)
-                self.conn.execute(_UPSERT)
+                direct = fresh
+                if direct:
+                    try:
+                        with self.conn.transaction():  # a savepoint
+                            self._copy(posts, vectors, "post_index")
+                    except psycopg.errors.UniqueViolation:
+                        direct = False
+                if not direct:
+                    self._copy(posts, vectors, "backfill_stage")
+                    self.conn.execute(_UPSERT)
             cur = self.conn.execute(
                 "DELETE FROM post_index WHERE post_id BETWEEN %s AND %s AND post_id <> ALL(%s::bigint[])",
                 (lo, hi, keep_ids),
@@ -165,10 +180,12 @@ class IndexStore:
                 )
             self._staged = True
 
-    def _copy(self, posts: Sequence[PreparedPost], vectors: NDArray[np.floating]) -> None:
+    def _copy(self, posts: Sequence[PreparedPost], vectors: NDArray[np.floating], table: str) -> None:
         packed = pack_halfvecs(vectors)
         model = self.model
-        with self.conn.cursor().copy(f"COPY backfill_stage ({_COLS}) FROM STDIN (FORMAT BINARY)") as copy:
+        if table not in ("post_index", "backfill_stage"):
+            raise ValueError(table)
+        with self.conn.cursor().copy(f"COPY {table} ({_COLS}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_TYPES)
             for prepared, vec in zip(posts, packed, strict=True):
                 p = prepared.post

@@ -221,3 +221,33 @@ def test_two_concurrent_runs_never_duplicate(
     with psycopg.connect(db_url) as conn:
         count, distinct = conn.execute("SELECT count(*), count(DISTINCT post_id) FROM post_index").fetchone()
     assert count == distinct == 12
+
+
+def test_fresh_page_falls_back_to_the_upsert_when_a_row_appeared_meanwhile(db_url: str) -> None:
+    from backfill.prepare import Preparer, Truncator
+    from backfill.store import IndexStore
+    from worker.db.connect import connect
+
+    preparer = Preparer(TEST_MODEL, Truncator(256))
+    prepared = [preparer.prepare(make_post(i)) for i in (1, 2, 3)]
+    posts = [p for p in prepared if not isinstance(p, str)]
+    embedder = NullEmbedder(8, model=TEST_MODEL)
+    vectors = embedder.embed_array([p.text for p in posts])
+    with connect(DatabaseSettings(url=db_url)) as conn:  # type: ignore[call-arg]
+        store = IndexStore(conn, TEST_MODEL)
+        # A webhook indexes post 2 after the page [1, 3] was read as empty ("fresh").
+        store.write_batch(
+            posts[1:2],
+            vectors[1:2],
+            lo=2,
+            hi=2,
+            keep=[2],
+            source_key="s",
+            cursor=None,
+            stats={"removed": 0.0},
+        )
+        store.write_batch(
+            posts, vectors, lo=1, hi=3, keep=[1, 2, 3], source_key="s", cursor=None, stats={"removed": 0.0},
+            fresh=True,
+        )  # fmt: skip
+    assert sorted(indexed(db_url)) == [1, 2, 3]
