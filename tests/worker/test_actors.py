@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import dramatiq
@@ -21,13 +22,15 @@ pytestmark = pytest.mark.integration
 class RecordingAnswerer:
     """Moves the row queued → posted, or raises what it is told to, and counts calls."""
 
-    def __init__(self, runtime: Runtime, script: list[Exception | None]) -> None:
+    def __init__(self, runtime: Runtime, script: list[Exception | None], delay_s: float = 0.0) -> None:
         self.runtime = runtime
         self.script = script
+        self.delay_s = delay_s
         self.calls: list[int] = []
 
     def answer(self, post_id: int) -> None:
         self.calls.append(post_id)
+        time.sleep(self.delay_s)
         step = self.script.pop(0) if self.script else None
         if step is not None:
             raise step
@@ -39,18 +42,20 @@ MakeHarness = Callable[[list[Exception | None]], "Harness"]
 
 
 class Harness:
-    def __init__(self, settings: Settings, script: list[Exception | None]) -> None:
+    def __init__(
+        self, settings: Settings, script: list[Exception | None], *, threads: int = 1, delay_s: float = 0.0
+    ) -> None:
         self.answerers: list[RecordingAnswerer] = []
 
         def factory(rt: Runtime) -> RecordingAnswerer:
-            a = RecordingAnswerer(rt, script)
+            a = RecordingAnswerer(rt, script, delay_s)
             self.answerers.append(a)
             return a
 
         self.broker = build_broker(settings.redis, settings.limits)
         self.provider = RuntimeProvider(settings, factory)
         self.actors: Actors = declare_actors(self.broker, self.provider, settings.limits)
-        self.worker = dramatiq.Worker(self.broker, worker_timeout=100, worker_threads=1)
+        self.worker = dramatiq.Worker(self.broker, worker_timeout=100, worker_threads=threads)
 
     @property
     def calls(self) -> list[int]:
@@ -197,3 +202,15 @@ def test_intake_enqueues_ids_and_refreshes_when_the_indexer_exists(redis_url: st
     expected_index = 2 if incremental_available() else 0  # backfill.incremental (issue 7) is optional
     assert r.llen(f"{REDIS_NAMESPACE}-tasks:index") == expected_index
     broker.close()
+
+
+def test_duplicate_messages_never_answer_side_by_side(fast_settings: Settings, db_url: str) -> None:
+    h = Harness(fast_settings, [], threads=2, delay_s=0.3)
+    try:
+        h.actors.answer_question.send(801, 9, 1)
+        h.actors.answer_question.send(801, 9, 1, "poller")
+        h.run()
+    finally:
+        h.close()
+    assert h.calls == [801]  # the duplicate waited for the lock, then found the row posted
+    assert rows(db_url) == [(801, "posted", "webhook")] or rows(db_url) == [(801, "posted", "poller")]
