@@ -59,8 +59,13 @@ def _backfill(args: argparse.Namespace) -> int:
         progress={"auto": None, "bar": True, "log": False}[args.progress],
     )
     # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
-    signal.signal(signal.SIGTERM, _interrupt)
-    summary = run_backfill(settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder))
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        summary = run_backfill(
+            settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder)
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(summary.as_dict()))
     else:
