@@ -18,6 +18,7 @@ import json
 import math
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,7 +115,9 @@ class BiEncoderScorer:
 
     kind = "calibrated-bi-encoder"
 
-    def __init__(self, embedder: EmbeddingModel, calibration: Calibration) -> None:
+    def __init__(
+        self, embedder: EmbeddingModel, calibration: Calibration, *, cache_size: int = 50_000
+    ) -> None:
         if calibration.model_id != embedder.model_id:
             raise ConfigError(
                 f"calibration was fitted for {calibration.model_id!r}, not {embedder.model_id!r}; "
@@ -124,10 +127,26 @@ class BiEncoderScorer:
         self.calibration = calibration
         self.model_id = embedder.model_id
         self.max_input_length = embedder.max_input_length
+        # The same posts come back for question after question (eval, bench, a busy topic): a
+        # cross-encoder must read every pair again, a bi-encoder need embed each text only once.
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._cache_lock = threading.Lock()
 
     def cosines(self, query: str, texts: Sequence[str]) -> np.ndarray:
-        vectors = self.embedder.embed([query, *texts], normalize=True)
-        cosines: np.ndarray = vectors[1:] @ vectors[0]
+        with self._cache_lock:
+            known = {t: self._cache[t] for t in texts if t in self._cache}
+            for t in known:
+                self._cache.move_to_end(t)
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        vectors = self.embedder.embed([query, *missing], normalize=True)
+        fresh = dict(zip(missing, vectors[1:], strict=True))
+        with self._cache_lock:
+            self._cache.update(fresh)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        matrix = np.stack([known[t] if t in known else fresh[t] for t in texts])
+        cosines: np.ndarray = matrix @ vectors[0]
         return cosines
 
     def logits(self, query: str, texts: Sequence[str]) -> list[float]:

@@ -177,3 +177,14 @@ def test_a_model_failure_is_a_424_backend_error(embedding_model: EmbeddingModel)
     assert response.json() == {"error": "Backend error: RuntimeError", "error_type": "Backend"}
     assert broken.get("/info").json()["scorer"] == "cross-encoder"
     assert broken.get("/info").json()["calibration"] is None
+
+
+def test_cached_text_vectors_give_the_same_cosines(embedding_model: EmbeddingModel) -> None:
+    scorer = BiEncoderScorer(embedding_model, TEST_CALIBRATION, cache_size=2)
+    texts = [RELEVANT, IRRELEVANT, "third text", RELEVANT]
+    first = scorer.cosines(QUESTION, texts)
+    again = scorer.cosines(QUESTION, texts)  # partly from the cache (two entries kept)
+    vectors = embedding_model.embed([QUESTION, *texts])
+    assert first == pytest.approx(vectors[1:] @ vectors[0], abs=1e-5)
+    assert again == pytest.approx(first, abs=1e-6)
+    assert first[0] == pytest.approx(first[3], abs=1e-6)
