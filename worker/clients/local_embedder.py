@@ -102,6 +102,11 @@ class LocalEmbedder(Embedder):
     def dimension(self) -> int:
         return self._settings.dimension
 
+    @property
+    def tokenizer(self) -> Any:
+        """The model's Hugging Face tokenizer (the backfill truncates texts with it)."""
+        return self._model.tokenizer
+
     def embed(self, texts: Sequence[str], *, kind: EmbedKind = "passage") -> list[list[float]]:
         """One unit vector per text, in order."""
         if not texts:

@@ -37,6 +37,7 @@ def test_embeds_unit_vectors_of_the_configured_dimension(embedder: LocalEmbedder
     assert embedder.path == shipped_model_path()
     assert isinstance(embedder, Embedder)
     assert embedder.embed([]) == []
+    assert len(embedder.tokenizer("a few words")["input_ids"]) == 5  # [CLS] a few words [SEP]
 
 
 def test_prefixes_change_what_is_embedded() -> None:
