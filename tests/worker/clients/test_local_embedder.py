@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -59,3 +61,21 @@ def test_a_model_without_a_local_copy_is_a_config_error() -> None:
         resolve_model_path("BAAI/bge-m3")
     with pytest.raises(ConfigError, match="does not exist"):
         resolve_model_path("x", "/nonexistent/model/dir")
+
+
+def test_without_the_local_extra_it_is_a_config_error() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['sentence_transformers'] = None  # as if the `local` extra were not installed\n"
+        "from worker.clients.local_embedder import LocalEmbedder\n"
+        "from worker.errors import ConfigError\n"
+        "from worker.settings import EmbeddingsSettings\n"
+        "try:\n"
+        "    LocalEmbedder(EmbeddingsSettings())\n"
+        "except ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert "needs the `local` extra" in out.stdout
