@@ -91,6 +91,7 @@ class _Run:
     def __init__(
         self,
         store: IndexStore,
+        reader: IndexStore,
         source: PostSource,
         embedder: Embedder,
         options: BackfillOptions,
@@ -98,7 +99,8 @@ class _Run:
         sleep: Callable[[float], None],
         tokenizer: Any | None,
     ) -> None:
-        self.store = store
+        self.store = store  # written by the writer thread only
+        self.reader = reader  # digest lookups from the reading thread, on a connection of its own
         self.source = source
         self.embedder = embedder
         self.options = options
@@ -120,7 +122,7 @@ class _Run:
 
     def plan(self, batch: SourceBatch, pool: ThreadPoolExecutor) -> _Page:
         t0 = time.perf_counter()
-        existing = self.store.digests(batch.lo, batch.hi)
+        existing = self.reader.digests(batch.lo, batch.hi)
         t1 = time.perf_counter()
         page = _Page(batch, [], [], [], 0, Counter(), fresh=not existing)
         names: dict[int, str] = {}
@@ -138,7 +140,7 @@ class _Run:
             else:
                 page.to_embed.append(prepared)
         if names:
-            self.store.record_category_names(names)
+            self.reader.record_category_names(names)
             self.category_names.update(names)
         # Similar lengths in one request: a model pads a batch to its longest text, so a page sorted by
         # length costs far less compute than the same page in id order (measured ~2-3x with MiniLM).
@@ -218,24 +220,48 @@ class _Run:
             yield batch
 
     def pump(self, cursor: int | None, progress: Progress | None) -> None:
+        """Read and prepare pages here, embed them in the pool, write them in order on the writer thread.
+
+        The writer has its own connection, so the database's work on page k (COPY, upsert, commit)
+        overlaps with preparing page k+1 here; one commit is in flight at a time, which keeps pages in
+        order and memory bounded.
+        """
         pending: deque[_Page] = deque()
         pool = ThreadPoolExecutor(max_workers=self.options.concurrency, thread_name_prefix="embed")
+        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="write")
+        writing: Future[None] | None = None
+        in_write: _Page | None = None
+
+        def hand_over() -> None:
+            nonlocal writing, in_write
+            if writing is not None:
+                writing.result()
+                writing = None
+            in_write = pending.popleft()
+            writing = writer.submit(self.commit, in_write, progress)
+
         try:
             for batch in self.batches(cursor):
                 pending.append(self.plan(batch, pool))
-                # Keep about one page of embedding requests queued behind the one being committed.
+                # Keep about one page of embedding requests queued behind the one being written.
                 while pending and (len(pending) > 2 or all(f.done() for _s, f in pending[0].futures)):
-                    self.commit(pending[0], progress)
-                    pending.popleft()
+                    hand_over()
             while pending:
-                self.commit(pending[0], progress)
-                pending.popleft()
+                hand_over()
+            if writing is not None:
+                writing.result()
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
+            if writing is not None and in_write is not None:
+                try:
+                    writing.result()  # let the commit in flight finish (or fail) first
+                except BaseException:
+                    pending.appendleft(in_write)
             self._salvage(pending)
             raise
         finally:
             pool.shutdown(wait=True)
+            writer.shutdown(wait=True)
 
     def _salvage(self, pending: deque[_Page]) -> None:
         """After a failure, write every page whose embeddings finished, so they are never paid twice."""
@@ -273,7 +299,11 @@ def run_backfill(
 ) -> Summary:
     """One backfill run of ``source`` into the post index (see docs/backfill.md)."""
     start = time.perf_counter()
-    with BackfillLock(database.url, source.key, exclusive=options.reindex), connect(database) as conn:
+    with (
+        BackfillLock(database.url, source.key, exclusive=options.reindex),
+        connect(database) as conn,
+        connect(database) as lookup_conn,
+    ):
         store = IndexStore(conn, embedder.model)
         if options.reindex:
             meta = read_index_meta(conn)
@@ -315,7 +345,8 @@ def run_backfill(
         if bulk and index_state(conn) != "missing":
             drop_index(conn)
 
-        run = _Run(store, source, embedder, options, restricted, sleep, tokenizer)
+        reader = IndexStore(lookup_conn, embedder.model)
+        run = _Run(store, reader, source, embedder, options, restricted, sleep, tokenizer)
         status = "failed"
         build_s = 0.0
         try:

@@ -251,3 +251,19 @@ def test_fresh_page_falls_back_to_the_upsert_when_a_row_appeared_meanwhile(db_ur
             fresh=True,
         )  # fmt: skip
     assert sorted(indexed(db_url)) == [1, 2, 3]
+
+
+def test_large_load_into_a_live_table_rebuilds_the_index_concurrently(
+    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    source = MemorySource(corpus(12))
+    run_backfill(database, source, embedder, dataclasses.replace(options, limit=2))
+    summary = run_backfill(database, source, embedder, options)  # 10 left > 2 indexed: bulk
+    assert summary.index_build_s > 0
+    with psycopg.connect(db_url) as conn:
+        valid = conn.execute(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = 'post_index_embedding_hnsw'"
+        ).fetchone()
+    assert valid == (True,)
+    assert len(indexed(db_url)) == 12
