@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backfill.sources import PostSource
+
+if TYPE_CHECKING:
+    from backfill.run import Summary
 from worker.errors import ConfigError
 from worker.protocols import Embedder
 from worker.settings import Settings
@@ -69,3 +72,40 @@ def find_tokenizer(embedder: Embedder) -> Any | None:
     except Exception as exc:  # an unusable tokenizer falls back to the documented heuristic
         log.warning("no tokenizer from %s (%s); truncating by characters", path, type(exc).__name__)
         return None
+
+
+def run_configured(
+    settings: Settings,
+    kind: str,
+    *,
+    path: Path | None = None,
+    source_url: str | None = None,
+    reindex: bool = False,
+    limit: int | None = None,
+    page_size: int = 1000,
+    progress: bool | None = False,
+) -> Summary:
+    """One backfill run built from settings: the CLI's, and the one a scheduled actor would call.
+
+    A run of the same source already in progress makes this raise ``BackfillBusyError`` (a
+    ``PermanentError``: a scheduler should skip that tick, not retry).
+    """
+    from backfill.run import BackfillOptions, run_backfill
+
+    source = build_source(kind, settings, path=path, source_url=source_url)
+    embedder = build_embedder(settings)
+    options = BackfillOptions(
+        reindex=reindex,
+        limit=limit,
+        page_size=max(1, page_size),
+        batch_size=settings.embeddings.batch_size,
+        concurrency=settings.embeddings.concurrency,
+        max_tokens=settings.embeddings.max_tokens,
+        progress=progress,
+    )
+    try:
+        return run_backfill(settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder))
+    finally:
+        close = getattr(source, "close", None)
+        if callable(close):
+            close()

@@ -41,28 +41,23 @@ def register(group: argparse.ArgumentParser) -> None:
 
 def _backfill(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    from backfill.compose import build_embedder, build_source, find_tokenizer
-    from backfill.run import BackfillOptions, run_backfill
+    from backfill.compose import run_configured
 
     if args.limit is not None and args.limit < 1:
         print("citebot: --limit must be at least 1", file=sys.stderr)
         return 2
-    source = build_source(args.source, settings, path=args.path, source_url=args.database_url_source)
-    embedder = build_embedder(settings)
-    options = BackfillOptions(
-        reindex=args.reindex,
-        limit=args.limit,
-        page_size=max(1, args.page_size),
-        batch_size=settings.embeddings.batch_size,
-        concurrency=settings.embeddings.concurrency,
-        max_tokens=settings.embeddings.max_tokens,
-        progress={"auto": None, "bar": True, "log": False}[args.progress],
-    )
     # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        summary = run_backfill(
-            settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder)
+        summary = run_configured(
+            settings,
+            args.source,
+            path=args.path,
+            source_url=args.database_url_source,
+            reindex=args.reindex,
+            limit=args.limit,
+            page_size=args.page_size,
+            progress={"auto": None, "bar": True, "log": False}[args.progress],
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
