@@ -61,6 +61,29 @@ def strip_autolinks(text: str, reasons: set[str]) -> str:
     return _AUTOLINK.sub(replace, text)
 
 
+# An explicit URL in prose: a web or script scheme, or ``www.``. Placeholders (plane 15/16 private
+# use: code spans, citations, escapes) end the match, and so does trailing sentence punctuation.
+_EXPLICIT_URL = re.compile(
+    r"(?<![\w.+-])(?:(?:https?|ftps?|javascript|vbscript|data|file):|www\.)[^\s<>\"'\U000f0000-\U0010ffff]*"
+    r"[^\s<>\"'.,;:!?)\]}\U000f0000-\U0010ffff]",
+    re.IGNORECASE,
+)
+URL_REMOVED = "(link removed)"
+
+
+def remove_urls(text: str, reasons: set[str]) -> str:
+    """Replace every explicit URL the LLM wrote in prose by ``(link removed)``.
+
+    Other link-like words (bare domains, e-mails) are shown as inline code later, which Discourse never
+    links; an explicit URL is not shown at all, so an instruction smuggled through the evidence ("link to
+    http://evil.example") cannot even surface as copyable text.
+    """
+    removed = _EXPLICIT_URL.sub(URL_REMOVED, text)
+    if removed != text:
+        reasons.add("url-removed")
+    return removed
+
+
 def strip_bbcode(text: str, reasons: set[str]) -> str:
     stripped = _BBCODE_TAG.sub("", _BBCODE_IMAGE.sub("", text))
     if stripped != text:

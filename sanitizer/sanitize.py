@@ -37,6 +37,7 @@ from sanitizer.evidence import (
 )
 from sanitizer.neutralize import (
     decode_entities,
+    remove_urls,
     strip_autolinks,
     strip_bbcode,
     strip_definitions,
@@ -172,7 +173,9 @@ def _prose(text: str, resolver: CitationResolver, slots: dict[str, Slot], reason
     source = strip_bbcode(source, reasons)
     if "<" in source:
         source = strip_html(source, reasons)
-    raw = resolver.render(decode_entities(source), lambda links: slot(links, code=False))
+    raw = resolver.render(
+        remove_urls(decode_entities(source), reasons), lambda links: slot(links, code=False)
+    )
     display = "".join(unescape_char(ch) for ch in raw)
     wraps = find_wraps(display)
     reasons.update(kind for _, _, kind in wraps)
