@@ -26,7 +26,6 @@ from backfill.sources import PostSource, SourceBatch
 from backfill.store import IndexStore
 from worker.db.connect import connect
 from worker.db.meta import check_index_meta, read_index_meta
-from worker.errors import IndexMismatchError
 from worker.protocols import Embedder
 from worker.settings import DatabaseSettings
 
@@ -381,4 +380,4 @@ def run_backfill(
     return summary
 
 
-__all__ = ["BackfillOptions", "IndexMismatchError", "Summary", "run_backfill"]
+__all__ = ["BackfillOptions", "Summary", "run_backfill"]

@@ -44,7 +44,7 @@ class SourcePost:
 
 @dataclass(frozen=True, slots=True)
 class SourceBatch:
-    """Posts whose ids lie in ``[lo, hi]``, and all the source has in that range."""
+    """Posts whose ids lie in ``[lo, hi]``, and all the source has in that range, in walking order."""
 
     posts: tuple[SourcePost, ...]
     lo: int

@@ -22,7 +22,7 @@ import httpx
 from backfill.sources import SourceBatch, SourcePost
 from backfill.sources.file import tag_names
 from worker.clients.discourse import map_error
-from worker.errors import RateLimitedError, ServiceUnavailableError, TransientError
+from worker.errors import ServiceUnavailableError, TransientError
 from worker.settings import DiscourseSettings
 
 log = logging.getLogger(__name__)
@@ -77,9 +77,10 @@ class ApiSource:
                 if hi is not None:  # nothing left below: the rest of the range is empty
                     yield SourceBatch((), 1, hi, 1)
                 return
-            posts = tuple(sorted((self._post(p) for p in items), key=lambda p: p.post_id))
-            lo = posts[0].post_id
-            top = hi if hi is not None else posts[-1].post_id
+            # In walking order (newest first), so a page cut by --limit keeps its upper part.
+            posts = tuple(sorted((self._post(p) for p in items), key=lambda p: -p.post_id))
+            lo = posts[-1].post_id
+            top = hi if hi is not None else posts[0].post_id
             yield SourceBatch(posts, lo, top, lo)
             hi = lo - 1
 
@@ -176,6 +177,3 @@ class ApiSource:
         if not isinstance(data, dict):
             raise ServiceUnavailableError(f"GET {path}: unexpected JSON", service=SERVICE)
         return data
-
-
-__all__ = ["ApiSource", "RateLimitedError"]

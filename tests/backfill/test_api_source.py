@@ -81,7 +81,7 @@ def test_pages_walk_ids_downward_and_cover_their_ranges() -> None:
     post = next(p for b in batches for p in b.posts if p.post_id == 1)
     assert (post.topic_title, post.tags, post.category_name) == ("Shadows", ("rendering",), "Support")
     assert source.restricted_categories() == frozenset({5})
-    assert [p.post_id for b in source.read(6, batch_size=50) for p in b.posts] == [2, 3, 4, 5, 1]
+    assert [p.post_id for b in source.read(6, batch_size=50) for p in b.posts] == [5, 4, 3, 2, 1]
     assert sum(r.startswith("/t/") for r in fake.requests) == 3  # one request per topic, cached
 
 
@@ -119,3 +119,17 @@ def test_backfill_over_the_api_removes_what_the_forum_no_longer_lists(db_url: st
     with psycopg.connect(db_url) as conn:
         ids = [r[0] for r in conn.execute("SELECT post_id FROM post_index ORDER BY post_id")]
     assert ids == [1, 2, 3, 5, 6]
+
+
+@pytest.mark.integration
+def test_limit_on_the_downward_walk_keeps_the_newest_posts_and_resumes_below(db_url: str) -> None:
+    fake, sleeps = FakeDiscourse(), []
+    embedder = NullEmbedder(8, model="test-model")
+    database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
+    options = BackfillOptions(batch_size=2, progress=False, limit=3)
+    first = run_backfill(database, make_source(fake, sleeps), embedder, options)
+    with psycopg.connect(db_url) as conn:
+        ids = [r[0] for r in conn.execute("SELECT post_id FROM post_index ORDER BY post_id")]
+    assert (first.status, ids) == ("idle", [])  # 9, 8, 7: topic 3 is restricted
+    rest = run_backfill(database, make_source(fake, sleeps), embedder, BackfillOptions(progress=False))
+    assert (rest.resumed_from, rest.seen, rest.embedded) == (7, 6, 6)

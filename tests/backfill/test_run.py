@@ -267,3 +267,13 @@ def test_large_load_into_a_live_table_rebuilds_the_index_concurrently(
         ).fetchone()
     assert valid == (True,)
     assert len(indexed(db_url)) == 12
+
+
+def test_limit_cuts_a_page_keeping_its_coverage_in_both_directions() -> None:
+    from backfill.run import _cut
+    from backfill.sources import SourceBatch
+
+    up = SourceBatch(tuple(make_post(i) for i in (5, 6, 7)), lo=3, hi=7, cursor=7)
+    assert (lambda b: (b.lo, b.hi, b.cursor, len(b.posts)))(_cut(up, 2)) == (3, 6, 6, 2)
+    down = SourceBatch(tuple(make_post(i) for i in (9, 8, 7)), lo=7, hi=12, cursor=7)
+    assert (lambda b: (b.lo, b.hi, b.cursor, len(b.posts)))(_cut(down, 2)) == (8, 12, 8, 2)
