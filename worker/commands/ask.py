@@ -1,0 +1,130 @@
+"""``citebot ask QUESTION``: run the answer path once against the configured services; post nothing.
+
+With ``--retrieve-only`` it stops after stages 1–3 and prints the sources and zone the bot would
+answer from; otherwise it also runs the gate, the prompt, the LLM (or the offline generator) and the
+sanitizer, and prints the reply it would post. The feature flags are taken as all on unless
+``--legacy`` / ``--no-rerank`` / ``--no-gate`` say otherwise (the forum's site settings are not read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+NAME = "ask"
+HELP = "run the pipeline once for a question and print sources, zone, reply and trace (posts nothing)"
+
+
+def register(group: argparse.ArgumentParser) -> None:
+    group.add_argument("question", help="the question, as a member would write it")
+    group.add_argument("--retrieve-only", action="store_true", help="stop after retrieval (stages 1–3)")
+    group.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    group.add_argument("--legacy", action="store_true", help="legacy path: keyword search at topic grain")
+    group.add_argument("--no-rerank", action="store_true", help="skip the cross-encoder (fused order)")
+    group.add_argument("--no-gate", action="store_true", help="skip the intent gate")
+    group.add_argument("--exclude", type=int, action="append", default=[], help="hide this post id")
+    group.set_defaults(handler=_ask)
+
+
+def _ask(args: argparse.Namespace) -> int:
+    import httpx
+
+    from gate import Gate, canned_text
+    from sanitizer import sanitize
+    from worker.clients.discourse import DiscourseClient
+    from worker.commands.common import settings_from
+    from worker.db.connect import open_pool
+    from worker.generation import OFFLINE_FOOTER, build_prompt
+    from worker.generation.factory import chat_model_from
+    from worker.retrieval.factory import build_retriever
+
+    settings = settings_from(args)
+    out: dict[str, object] = {"question": args.question}
+    if not args.no_gate:
+        gate = Gate.load(settings.gate.rules_path, timeout_ms=settings.gate.timeout_ms)
+        decision = gate.check(args.question)
+        out["gate"] = {"hit": decision.hit, "rule": decision.rule_id, "category": decision.category}
+        if decision.hit and not args.retrieve_only:
+            out["reply"] = canned_text(decision)
+            return _print(out, args.json)
+    with httpx.Client() as http:
+        pool = open_pool(settings.database, max_size=2)
+        try:
+            forum = DiscourseClient(http, settings.discourse)
+            with build_retriever(
+                settings, connections=pool.connection, keyword=forum, http=http
+            ) as retriever:
+                result = retriever.retrieve(
+                    args.question,
+                    exclude_post_ids=tuple(args.exclude),
+                    use_posts=not args.legacy,
+                    use_rerank=not args.no_rerank,
+                )
+            grain = result.grain
+            base = settings.discourse.base_url
+            out["zone"] = result.zone
+            out["grain"] = grain
+            out["legacy_reason"] = result.legacy_reason
+            out["sources"] = [
+                {
+                    "n": s.n,
+                    "title": s.title,
+                    "url": f"{base}/t/{s.slug}/{s.topic_id}"
+                    + (f"/{s.post_number}" if grain == "post" else ""),
+                    "score": s.score,
+                    "post_id": s.post_id,
+                }
+                for s in result.sources
+            ]
+            out["trace"] = result.trace.to_dict()
+            if not args.retrieve_only:
+                prompt = build_prompt(
+                    args.question,
+                    result.sources,
+                    result.zone,
+                    bot_name=settings.discourse.bot_username,
+                    token_budget=settings.llm.context_tokens,
+                )
+                completion = chat_model_from(settings.llm, http).complete(prompt.messages)
+                clean = sanitize(
+                    completion.text,
+                    [s.as_evidence() for s in prompt.sources_used],
+                    links=grain,
+                    base_url=base,
+                    allow_canned=False,
+                )
+                reply = clean.text + (f"\n\n{OFFLINE_FOOTER}" if completion.offline else "")
+                out["reply"] = reply if clean.ok else None
+                out["sanitizer"] = {"ok": clean.ok, "reasons": list(clean.reasons)}
+                out["model"] = completion.model
+        finally:
+            pool.close()
+    return _print(out, args.json)
+
+
+def _print(out: dict[str, object], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(out, ensure_ascii=False, default=str))
+        return 0
+    gate = out.get("gate")
+    if isinstance(gate, dict) and gate.get("hit"):
+        print(f"gate: refused by rule {gate['rule']} ({gate['category']})")
+    if "zone" in out:
+        legacy = f" — legacy: {out['legacy_reason']}" if out.get("legacy_reason") else ""
+        print(f"zone: {out['zone']}   links: {out['grain']}{legacy}")
+        for src in out.get("sources") or []:  # type: ignore[attr-defined]
+            score = "" if src["score"] is None else f"{src['score']:+.2f}"
+            print(f"  [[{src['n']}]] {score:>6}  {src['title']}\n          {src['url']}")
+        trace = out.get("trace")
+        if isinstance(trace, dict):
+            parts = [f"{s['name']} {s['duration_ms']:.0f} ms" for s in trace.get("stages", [])]
+            print("stages: " + ", ".join(parts))
+            for fb in trace.get("fallbacks", []):
+                print(f"fallback: {fb['stage']}: {fb['reason']}")
+    if "reply" in out:
+        print("\nreply:" if out["reply"] else "\nreply: (the sanitizer refused it; nothing would be posted)")
+        if out["reply"]:
+            print(out["reply"])
+    sys.stdout.flush()
+    return 0
