@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import psycopg
 
 from backfill.embedding import EmbedResult, RetryPolicy, embed_batch
 from backfill.hnsw import build_index, drop_index, index_state
@@ -30,6 +31,7 @@ from worker.protocols import Embedder
 from worker.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
+BULK_FACTOR = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +342,10 @@ def run_backfill(
         indexed = store.count()
         live = indexed > 0
         remaining = source.estimate(cursor)
-        bulk = not live or (remaining is not None and remaining > indexed)
+        # A bulk load: into an empty table, or one that will at least triple it. (Not "remaining >
+        # indexed": a new pass over an unchanged forum also reads its ineligible posts, and must not
+        # drop and rebuild the index of a live table for nothing.)
+        bulk = not live or (remaining is not None and remaining > BULK_FACTOR * indexed)
         if bulk and index_state(conn) != "missing":
             drop_index(conn)
 
@@ -357,8 +362,6 @@ def run_backfill(
                 build_s = build_index(database.url, concurrently=live)
             run.timings["index_build"] += time.perf_counter() - t0
         finally:
-            if status == "failed" and index_state(conn) != "valid":
-                log.warning("the HNSW index is missing until the next backfill run completes")
             summary = Summary(
                 source=source.key,
                 status=status,
@@ -374,8 +377,13 @@ def run_backfill(
                 reasons=dict(run.reasons),
                 timings={k: round(v, 3) for k, v in run.timings.items()},
             )
-            conn.rollback()
-            store.finish_run(source.key, status, summary.as_dict())
+            try:
+                conn.rollback()
+                if status == "failed" and index_state(conn) != "valid":
+                    log.warning("the HNSW index is missing until the next backfill run completes")
+                store.finish_run(source.key, status, summary.as_dict())
+            except psycopg.Error:  # the database went away: the original error matters more
+                log.warning("could not record the outcome of the run", exc_info=True)
     log.info("%s", summary.line())
     return summary
 

@@ -56,12 +56,13 @@ def test_first_run_embeds_every_eligible_post_and_builds_the_index(
 def test_second_run_on_unchanged_source_calls_the_embedder_zero_times(
     database: DatabaseSettings, embedder: NullEmbedder, options: BackfillOptions
 ) -> None:
-    source = MemorySource(corpus(10))
+    source = MemorySource([*corpus(10), make_post(11, hidden=True), make_post(12, post_type=2)])
     run_backfill(database, source, embedder, options)
     calls = embedder.calls
     again = run_backfill(database, source, embedder, options)
     assert embedder.calls == calls
-    assert (again.seen, again.embedded, again.skipped, again.removed) == (10, 0, 10, 0)
+    assert (again.seen, again.embedded, again.skipped, again.removed) == (12, 0, 10, 0)
+    assert again.index_build_s == 0  # the live index was kept, not dropped and rebuilt
 
 
 def test_edited_post_is_re_embedded_and_deleted_one_removed(
@@ -258,7 +259,7 @@ def test_large_load_into_a_live_table_rebuilds_the_index_concurrently(
 ) -> None:
     source = MemorySource(corpus(12))
     run_backfill(database, source, embedder, dataclasses.replace(options, limit=2))
-    summary = run_backfill(database, source, embedder, options)  # 10 left > 2 indexed: bulk
+    summary = run_backfill(database, source, embedder, options)  # 10 left > 2 x 2 indexed: bulk
     assert summary.index_build_s > 0
     with psycopg.connect(db_url) as conn:
         valid = conn.execute(
