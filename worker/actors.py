@@ -16,12 +16,10 @@ again.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import logging
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
@@ -130,34 +128,9 @@ def handle_question(rt: Runtime, post_id: int, topic_id: int, version: int, sour
         log.info("question already %s; nothing to do", row.state, extra={"post_id": post_id})
         return
     log.debug("question %s (claimed=%s)", post_id, created, extra={"post_id": post_id, "topic_id": topic_id})
-    with answering(rt, post_id):
-        rt.answer(post_id)
-
-
-# One job at a time acts on a question: a duplicate message (a webhook redelivered after its dedupe key
-# expired, a poller re-send, dramatiq's redelivery of a killed worker's message) that finds another job
-# answering the same post retries when that job's lock expires instead of acting beside it.
-ANSWER_LOCK_MS = 10 * 60 * 1000  # the broker's job time limit
-_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-
-
-@contextlib.contextmanager
-def answering(rt: Runtime, post_id: int) -> Iterator[None]:
-    """Hold the per-question lock while answering, or raise ``dramatiq.Retry`` for when it frees up."""
-    key = f"{rt.settings.redis.namespace}:answering:{int(post_id)}"
-    token = uuid.uuid4().hex
-    if not rt.redis.set(key, token, nx=True, px=ANSWER_LOCK_MS):
-        # Come back when the lock expires (its holder died) or after the backoff cap, whichever is first:
-        # by then the holder has usually finished and this job finds the row in a final state.
-        limits = rt.settings.limits
-        wait_ms = max(int(rt.redis.pttl(key) or 0), 0) + 1000
-        delay = int(min(max(wait_ms, limits.min_backoff_s * 1000), limits.max_backoff_s * 1000))
-        log.info("another job is answering; retrying in %d ms", delay, extra={"post_id": post_id})
-        raise dramatiq.Retry("another job is answering this question", delay=delay)
-    try:
-        yield
-    finally:
-        rt.redis.eval(_RELEASE, 1, key, token)
+    # One job at a time acts on a question: the answerer (worker/pipeline.py) holds a PostgreSQL
+    # advisory lock on the post id for its whole run, released at once if the worker dies.
+    rt.answer(post_id)
 
 
 def run_poll(rt: Runtime, enqueue: Callable[[int, int, int], None]) -> PollReport:

@@ -17,6 +17,7 @@ import redis as redis_lib
 from psycopg_pool import ConnectionPool
 
 from worker.clients.discourse import DiscourseClient
+from worker.db.connect import open_pool
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,13 +61,7 @@ AnswererFactory = Callable[[Runtime], Answerer]
 
 def build_runtime(settings: Settings, answerer_factory: AnswererFactory | None = None) -> Runtime:
     """Open the pool and clients described by ``settings``."""
-    pool = ConnectionPool(
-        settings.database.url,
-        min_size=1,
-        max_size=settings.database.pool_size,
-        kwargs={"connect_timeout": max(1, int(settings.database.connect_timeout_s))},
-        open=True,
-    )
+    pool = open_pool(settings.database)
     http = httpx.Client(timeout=settings.discourse.timeout_s)
     forum = DiscourseClient(http, settings.discourse)
     redis = redis_lib.Redis.from_url(settings.redis.url)

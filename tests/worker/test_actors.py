@@ -202,15 +202,3 @@ def test_intake_enqueues_ids_and_refreshes_when_the_indexer_exists(redis_url: st
     expected_index = 2 if incremental_available() else 0  # backfill.incremental (issue 7) is optional
     assert r.llen(f"{REDIS_NAMESPACE}-tasks:index") == expected_index
     broker.close()
-
-
-def test_duplicate_messages_never_answer_side_by_side(fast_settings: Settings, db_url: str) -> None:
-    h = Harness(fast_settings, [], threads=2, delay_s=0.3)
-    try:
-        h.actors.answer_question.send(801, 9, 1)
-        h.actors.answer_question.send(801, 9, 1, "poller")
-        h.run()
-    finally:
-        h.close()
-    assert h.calls == [801]  # the duplicate waited for the lock, then found the row posted
-    assert rows(db_url) == [(801, "posted", "webhook")] or rows(db_url) == [(801, "posted", "poller")]

@@ -28,6 +28,10 @@ def test_worker_run_with_two_processes_answers_and_stops(db_url: str, redis_url:
         "CITEBOT_REDIS__NAMESPACE": REDIS_NAMESPACE,
         "CITEBOT_EMBEDDINGS__MODEL": "test-model",
         "CITEBOT_EMBEDDINGS__DIMENSION": "8",
+        # No forum answers on these ports: the flags stay at their safe defaults (all off).
+        "CITEBOT_EMBEDDINGS__PROVIDER": "tei",
+        "CITEBOT_EMBEDDINGS__BASE_URL": "http://127.0.0.1:9",
+        "CITEBOT_DISCOURSE__BASE_URL": "http://127.0.0.1:9",
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "worker.cli", "worker", "run", "--threads", "1", "--processes", "2"],
@@ -58,10 +62,12 @@ def test_worker_run_with_two_processes_answers_and_stops(db_url: str, redis_url:
         while time.monotonic() < deadline:
             with psycopg.connect(db_url) as conn:
                 rows = [(int(r[0]), str(r[1])) for r in conn.execute("SELECT post_id, state FROM answers")]
-            if len(rows) == 6:
+            if len(rows) == 6 and all(state != "queued" for _, state in rows):
                 break
             time.sleep(0.2)
-        assert sorted(rows) == [(p, "queued") for p in range(900, 906)]
+        # Every question reached the real answer pipeline, which found citebot_enabled off (the
+        # default before any flag is read): recorded, nothing posted — deploying changes nothing.
+        assert sorted(rows) == [(p, "skipped") for p in range(900, 906)]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

@@ -37,6 +37,7 @@ def _run(args: argparse.Namespace) -> int:
     import dramatiq
 
     from worker.actors import declare_actors
+    from worker.assemble import build_answerer
     from worker.broker import build_broker
     from worker.commands.common import settings_from
     from worker.errors import ConfigError
@@ -47,7 +48,10 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("--processes must be at least 1")
     children = [_spawn_child(args) for _ in range(args.processes - 1)]
     broker = build_broker(settings.redis, settings.limits)
-    runtime = RuntimeProvider(settings)
+    runtime = RuntimeProvider(settings, answerer_factory=build_answerer)
+    # Build the pipeline now: a broken rules file, an unreachable database or a model that does not
+    # match the index stops the worker at start with a clear message, not message by message.
+    runtime()
     declare_actors(broker, runtime, settings.limits)
     worker = dramatiq.Worker(
         broker,
