@@ -15,13 +15,7 @@ MAX_MESSAGE_AGE_MS = 6 * 3600 * 1000
 JOB_TIME_LIMIT_MS = 10 * 60 * 1000
 
 
-def build_broker(
-    redis: RedisSettings,
-    limits: LimitsSettings,
-    *,
-    heartbeat_timeout_ms: int = 60_000,
-    maintenance_chance: int = 1000,
-) -> RedisBroker:
+def build_broker(redis: RedisSettings, limits: LimitsSettings) -> RedisBroker:
     """A Redis broker whose retry policy follows ``limits`` instead of dramatiq's 20 retries / 30 days."""
     retries = Retries(
         max_retries=limits.max_retries,
@@ -40,6 +34,8 @@ def build_broker(
         url=redis.url,
         namespace=f"{redis.namespace}-tasks",
         middleware=middleware,
-        heartbeat_timeout=heartbeat_timeout_ms,
-        maintenance_chance=maintenance_chance,
+        # A killed worker's unacked messages come back after the heartbeat timeout, at the next
+        # maintenance pass (SPEC §7: 74–245 s seen with the defaults).
+        heartbeat_timeout=redis.heartbeat_timeout_ms,
+        maintenance_chance=redis.maintenance_chance,
     )

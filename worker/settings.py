@@ -79,6 +79,12 @@ class RedisSettings(BaseModel):
 
     url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL.")
     namespace: str = Field("citebot", description="Prefix of every key and of dramatiq's queues.")
+    heartbeat_timeout_ms: int = Field(
+        60_000, ge=1000, description="A worker silent this long is dead; its unacked jobs are requeued."
+    )
+    maintenance_chance: int = Field(
+        1000, ge=1, le=1_000_000, description="Chance per million fetches of the requeue/cleanup pass."
+    )
 
     @field_validator("url")
     @classmethod
