@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from eval.stack.forum import search as forum_search
 from eval.stack.forum.controls import control_routes
+from eval.stack.forum.pages import page_routes
 from eval.stack.forum.serialize import (
     error,
     invalid_access,
@@ -88,6 +89,7 @@ class ForumApp:
                 Route("/admin/site_settings.json", api(self.site_settings), methods=["GET"]),
                 Route("/admin/site_settings/{name}.json", api(self.set_site_setting), methods=["PUT"]),
                 *control_routes(self),
+                *page_routes(self),
             ]
         )
         self.app.state.forum = self

@@ -1,0 +1,99 @@
+"""Local servers speaking the exact contracts of TEI and an OpenAI-compatible LLM, with fault knobs.
+
+They serve the end-to-end tests: the worker talks to them over HTTP exactly as to the real services.
+Vectors come from ``FakeEmbedder`` (8-d, deterministic) and rerank logits from word overlap, so the
+tests need no model weights.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from worker.clients.fakes import FakeEmbedder, overlap_logit
+
+EMBEDDER = FakeEmbedder(model="test-model", dimension=8)
+
+
+class FakeTei:
+    """``/embed``, ``/rerank`` (raw logits or sigmoid), ``/health``, ``/info``; ``rerank_down`` → 503."""
+
+    def __init__(self) -> None:
+        self.rerank_down = False
+        self.rerank_calls = 0
+        self.app = Starlette(
+            routes=[
+                Route("/embed", self.embed, methods=["POST"]),
+                Route("/rerank", self.rerank, methods=["POST"]),
+                Route("/health", lambda r: JSONResponse({})),
+                Route("/info", self.info),
+            ]
+        )
+
+    async def embed(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        inputs = body.get("inputs")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        if not texts:
+            return JSONResponse({"error": "`inputs` cannot be empty", "error_type": "Empty"}, status_code=400)
+        return JSONResponse(EMBEDDER.embed(texts))
+
+    async def rerank(self, request: Request) -> JSONResponse:
+        self.rerank_calls += 1
+        if self.rerank_down:
+            return JSONResponse({"error": "model is not ready", "error_type": "Unhealthy"}, status_code=503)
+        body = await request.json()
+        import math
+
+        scores = [overlap_logit(body["query"], t) for t in body["texts"]]
+        if not body.get("raw_scores"):
+            scores = [1 / (1 + math.exp(-s)) for s in scores]
+        ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
+        return JSONResponse([{"index": i, "score": scores[i]} for i in ranked])
+
+    async def info(self, request: Request) -> JSONResponse:
+        return JSONResponse({"model_id": "fake", "model_type": {"reranker": {}}, "max_client_batch_size": 32})
+
+
+class FakeLlm:
+    """``POST /v1/chat/completions``; ``fail_next`` holds HTTP statuses to answer before succeeding."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        self.fail_next: deque[int] = deque()
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self.complete, methods=["POST"])])
+
+    async def complete(self, request: Request) -> JSONResponse:
+        body: dict[str, Any] = await request.json()
+        with self.lock:
+            self.calls += 1
+            status = self.fail_next.popleft() if self.fail_next else 200
+        if status != 200:
+            # vLLM / Ollama style nested error body
+            return JSONResponse(
+                {"error": {"message": "upstream failure", "type": "server_error", "code": status}},
+                status_code=status,
+            )
+        return JSONResponse(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "model": body.get("model", "fake"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": self.reply},
+                    }
+                ],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+            }
+        )
