@@ -1,0 +1,393 @@
+"""``make demo`` (``python -m eval.demo``): the whole stack on loopback, and the bot answering two questions.
+
+Starts embedded PostgreSQL + pgvector (``.cache/demo-pg``), a private Redis, the local model server, the
+local forum loaded with the shipped sample, the webhook app and one worker, all as child processes on
+free loopback ports with secrets made for this run; backfills the sample; turns the flags on through the
+forum's site settings; posts two questions as a member (one the forum answers, one it cannot) and
+prints the bot's replies as they appear on the forum, with their links (checked against the forum),
+zones and stage timings. Everything it started is stopped at the end, on failure and on Ctrl-C, unless
+``--keep`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+import psycopg
+
+from eval.demo.member import ForumMember, Question, Reply, links_in
+from eval.demo.procs import CITEBOT, DemoError, Processes, stop_saved, tail
+from eval.demo.show import Steps, print_reply
+from eval.stack.postgres import EmbeddedPostgres, ensure_database
+from eval.stack.redis import RedisServer, free_port
+from worker.flags import FLAG_NAMES
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "eval" / "data" / "urho3d-sample"
+BOT = "citebot"
+MEMBER = "newcomer"
+QUESTIONS = (
+    Question(
+        "a question the forum answers",
+        "Converting an FBX model for Urho3D",
+        "@citebot How do I convert an FBX or OBJ model to Urho3D's .mdl format?",
+    ),
+    Question(
+        "a question it cannot answer",
+        "Baking a chocolate cake",
+        "@citebot What temperature should I bake a chocolate cake at, and for how long?",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    cache: Path
+    pg_data: Path
+    logs: Path
+    pids: Path
+
+    @staticmethod
+    def under(root: Path) -> Paths:
+        cache = root / ".cache"
+        demo = cache / "demo"
+        return Paths(cache, cache / "demo-pg", demo / "logs", demo / "pids.json")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", action="store_true", help="leave the stack running and say how to use it")
+    parser.add_argument("--stop", action="store_true", help="stop a stack left running by --keep")
+    parser.add_argument("--sample", type=Path, default=SAMPLE, help="forum export to load and backfill")
+    parser.add_argument("--reply-timeout", type=float, default=240.0, help="seconds to wait for the replies")
+    args = parser.parse_args(argv)
+    paths = Paths.under(ROOT)
+    if args.stop:
+        stopped = _stop_kept(paths)
+        print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        return 0
+    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, through the finally blocks below.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return Demo(paths, args.sample, keep=args.keep, reply_timeout=args.reply_timeout).run()
+    except KeyboardInterrupt:
+        print("\ninterrupted: everything the demo started has been stopped", file=sys.stderr)
+        return 130
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_kept(paths: Paths) -> list[str]:
+    stopped = stop_saved(paths.pids)
+    if (paths.pg_data / "postmaster.pid").exists():
+        # attach to the server left running in the data directory, then stop it
+        server = EmbeddedPostgres(paths.pg_data)
+        server.start()
+        server.stop()
+        stopped.append("postgres")
+    return stopped
+
+
+class Demo:
+    def __init__(self, paths: Paths, sample: Path, *, keep: bool, reply_timeout: float) -> None:
+        self.paths = paths
+        self.sample = sample.resolve()
+        self.keep = keep
+        self.reply_timeout = reply_timeout
+        self.steps = Steps(10)
+        self.api_key = secrets.token_urlsafe(24)
+        self.webhook_secret = secrets.token_urlsafe(24)
+        self.ports = {name: free_port() for name in ("models", "forum", "webhook")}
+        self.forum_url = f"http://127.0.0.1:{self.ports['forum']}"
+
+    def run(self) -> int:
+        if not (self.sample / "topics").is_dir():
+            print(f"demo: no forum sample at {self.sample}", file=sys.stderr)
+            return 2
+        previous = _stop_kept(self.paths) if self.paths.pids.exists() else []
+        if previous:
+            print(f"stopped the stack a previous `--keep` left running ({', '.join(previous)})")
+        llm = os.environ.get("CITEBOT_LLM__BASE_URL")
+        say = self.steps.say
+        say("citebot demo: a forum answers its own questions, with links the server writes")
+        if llm:
+            say(
+                f"LLM: {llm} (CITEBOT_LLM__BASE_URL), model {os.environ.get('CITEBOT_LLM__MODEL', 'default')}"
+            )
+        else:
+            say("LLM: none (CITEBOT_LLM__BASE_URL is unset): the OFFLINE generator writes the replies,")
+            say("     quoting sentences from the cited posts. Set CITEBOT_LLM__BASE_URL to use a real model.")
+        say(f"logs: {self.paths.logs}/NAME.log")
+        postgres = EmbeddedPostgres(self.paths.pg_data, keep_running=self.keep)
+        redis = RedisServer(self.paths.cache / "demo" / "redis")
+        procs: Processes | None = None
+        ok = kept = False
+        try:
+            procs = self._bring_up(postgres, redis)
+            ok = self._ask(procs)
+            if self.keep:  # kept even when a check failed: the stack is there to be looked at
+                procs.save(self.paths.pids)
+                self._save_redis(redis)
+                self._print_keep()
+                kept = True
+        except DemoError as exc:
+            print(f"\ndemo failed: {exc}", file=sys.stderr)
+            if exc.log is not None:
+                print(f"--- last lines of {exc.log} ---\n{tail(exc.log)}\n---", file=sys.stderr)
+        finally:
+            if not kept:
+                if procs is not None:
+                    procs.stop_all()
+                redis.stop()
+                postgres.keep_running = False
+                postgres.stop()
+        say(f"\ndemo {'finished' if ok else 'FAILED'} in {self.steps.elapsed():.0f} s")
+        if not kept:
+            say("every process the demo started is stopped (`make demo ARGS=--keep` leaves them running)")
+        return 0 if ok else 1
+
+    # -- bring the stack up ----------------------------------------------------------------------------
+
+    def _bring_up(self, postgres: EmbeddedPostgres, redis: RedisServer) -> Processes:
+        step = self.steps.step
+        with step(f"PostgreSQL + pgvector (embedded, data in {self.paths.pg_data})"):
+            server_url = postgres.start()
+            self.db_url = ensure_database(server_url, "citebot_demo")
+            # The forum starts from the sample on every run: questions of an earlier run are not in it.
+            self.forum_db_url = ensure_database(server_url, "citebot_demo_forum", fresh=True)
+        with step("Redis (a private redis-server on a free port)"):
+            self.redis_url = redis.start()
+            self.steps.say(f"      {self.redis_url}")
+        procs = Processes(self.paths.logs, self._env(self.redis_url))
+        with step("model server (MiniLM embeddings + calibrated scorer, TEI's contract) and local forum"):
+            models = procs.start("models", [*CITEBOT, "models", "serve", "--port", str(self.ports["models"])])
+            webhook_url = f"http://127.0.0.1:{self.ports['webhook']}/webhooks/discourse"
+            forum = procs.start(
+                "forum",
+                [
+                    *CITEBOT, "forum", "serve", "--export", str(self.sample),
+                    "--port", str(self.ports["forum"]), "--database-url", self.forum_db_url,
+                    "--api-key", self.api_key, "--webhook-url", webhook_url,
+                    "--webhook-secret", self.webhook_secret, "--reload",
+                ],
+            )  # fmt: skip
+            procs.wait_http(
+                forum,
+                f"{self.forum_url}/admin/site_settings.json?filter=citebot",
+                headers={"Api-Key": self.api_key, "Api-Username": BOT},
+            )
+            loaded = [line for line in tail(forum.log, 50).splitlines() if line.startswith("loaded ")]
+            self.steps.say(f"      forum on {self.forum_url}: {loaded[-1] if loaded else 'sample loaded'}")
+            procs.wait_http(models, f"http://127.0.0.1:{self.ports['models']}/health", timeout_s=180)
+            self.steps.say(f"      model server on http://127.0.0.1:{self.ports['models']}")
+        with step("database schema (citebot db migrate)"):
+            out = procs.run("migrate", [*CITEBOT, "db", "migrate"])
+            for line in out.strip().splitlines():
+                self.steps.say(f"      {line}")
+            with psycopg.connect(self.db_url, autocommit=True) as conn:
+                conn.execute("TRUNCATE answers")  # the forum restarts from the sample: so do the answers
+        with step(f"backfill the post index (citebot backfill --source file --path {_rel(self.sample)})"):
+            out = procs.run(
+                "backfill",
+                [*CITEBOT, "backfill", "--source", "file", "--path", str(self.sample), "--progress", "bar"],
+                echo=sys.stdout,
+            )
+        with step("webhook app and one worker"):
+            webhook = procs.start(
+                "webhook", [*CITEBOT, "webhook", "serve", "--port", str(self.ports["webhook"])]
+            )
+            procs.wait_http(webhook, f"http://127.0.0.1:{self.ports['webhook']}/readyz")
+            worker = procs.start("worker", [*CITEBOT, "worker", "run", "--threads", "2"])
+            _wait_log(worker.log, "worker started", procs, timeout_s=60)
+            self.steps.say(
+                f"      webhook app on http://127.0.0.1:{self.ports['webhook']}, worker pid {worker.proc.pid}"
+            )
+        with step("turn the flags on through the forum's site settings (citebot flags set NAME on)"):
+            for name in FLAG_NAMES:
+                out = procs.run(f"flags-{name}", [*CITEBOT, "flags", "set", name, "on"])
+                self.steps.say(f"      {out.strip().splitlines()[-1] if out.strip() else name}")
+        return procs
+
+    def _env(self, redis_url: str) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("CITEBOT_") or k.startswith("CITEBOT_LLM__")
+        }
+        models = f"http://127.0.0.1:{self.ports['models']}"
+        env.update(
+            {
+                "PYTHONUNBUFFERED": "1",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "CITEBOT_DATABASE__URL": self.db_url,
+                "CITEBOT_REDIS__URL": redis_url,
+                "CITEBOT_REDIS__NAMESPACE": "citebot-demo",
+                "CITEBOT_DISCOURSE__BASE_URL": self.forum_url,
+                "CITEBOT_DISCOURSE__API_KEY": self.api_key,
+                "CITEBOT_DISCOURSE__API_USERNAME": BOT,
+                "CITEBOT_DISCOURSE__BOT_USERNAME": BOT,
+                "CITEBOT_DISCOURSE__WEBHOOK_SECRET": self.webhook_secret,
+                "CITEBOT_EMBEDDINGS__PROVIDER": "tei",
+                "CITEBOT_EMBEDDINGS__BASE_URL": models,
+                "CITEBOT_RERANKER__BASE_URL": models,
+                # The local scorer on a shared 2-core machine can take a few seconds under load.
+                "CITEBOT_RERANKER__TIMEOUT_S": "20",
+                "CITEBOT_FLAGS__CACHE_TTL_S": "5",
+            }
+        )
+        return env
+
+    # -- ask and show ------------------------------------------------------------------------------------
+
+    def _ask(self, procs: Processes) -> bool:
+        step = self.steps.step
+        results: dict[str, tuple[Question, Reply]] = {}
+        with httpx.Client(timeout=10) as http:
+            member = ForumMember(http, self.forum_url, self.api_key, MEMBER)
+            with step(f"a member (@{MEMBER}) asks two questions on the forum; waiting for the bot's replies"):
+                member.join()
+                asked = [member.ask(q) for q in QUESTIONS]
+                for q in asked:
+                    self.steps.say(
+                        f"      posted {self.forum_url}/t/{q.topic_id} (post {q.post_id}): {q.title}"
+                    )
+                deadline = time.monotonic() + self.reply_timeout
+                while len(results) < len(asked):
+                    procs.check_alive()
+                    for q in asked:
+                        if q.label in results:
+                            continue
+                        reply = member.reply_to(q, BOT)
+                        if reply is not None:
+                            results[q.label] = (q, reply)
+                            self._show(member, q, reply)
+                    if time.monotonic() > deadline:
+                        self._explain_timeout(procs)
+                        raise DemoError(
+                            f"no reply within {self.reply_timeout:.0f} s", procs.log_path("worker")
+                        )
+                    time.sleep(0.3)
+            with step("checks"):
+                return self._check(member, results)
+
+    def _row(self, post_id: int) -> dict[str, Any] | None:
+        with psycopg.connect(self.db_url) as conn:
+            cur = conn.execute(
+                "SELECT state, zone, rule_id, sources, trace FROM answers WHERE post_id = %s", (post_id,)
+            )
+            got = cur.fetchone()
+        if got is None:
+            return None
+        return dict(zip(("state", "zone", "rule_id", "sources", "trace"), got, strict=True))
+
+    def _show(self, member: ForumMember, q: Question, reply: Reply) -> None:
+        checks = [(url, *member.resolves(url)) for url in links_in(reply.raw)]
+        print_reply(
+            sys.stdout,
+            label=q.label,
+            question=q.raw,
+            reply=reply.raw,
+            seen_after_s=reply.seen_after_s,
+            row=self._row(q.post_id),
+            link_checks=checks,
+        )
+
+    def _check(self, member: ForumMember, results: dict[str, tuple[Question, Reply]]) -> bool:
+        answered_q, answered = results[QUESTIONS[0].label]
+        abstained_q, abstained = results[QUESTIONS[1].label]
+        a_row = self._row(answered_q.post_id) or {}
+        b_row = self._row(abstained_q.post_id) or {}
+        links = links_in(answered.raw)
+        problems = []
+        if a_row.get("state") != "posted" or a_row.get("zone") not in ("normal", "weak"):
+            problems.append(f"answerable question: state {a_row.get('state')}, zone {a_row.get('zone')}")
+        if not links:
+            problems.append("answerable question: the reply cites no post")
+        bad = [url for url in links if not member.resolves(url)[0]]
+        if bad:
+            problems.append(f"links that do not resolve on the forum: {bad}")
+        if b_row.get("state") != "abstained" or links_in(abstained.raw):
+            problems.append(
+                f"unanswerable question: state {b_row.get('state')}, zone {b_row.get('zone')}, "
+                f"{len(links_in(abstained.raw))} link(s)"
+            )
+        say = self.steps.say
+        say(
+            f"      answerable question: {a_row.get('state')} ({a_row.get('zone')} zone), "
+            f"{len(links)} link(s), {len(links) - len(bad)} resolve on the forum"
+        )
+        say(f"      unanswerable question: {b_row.get('state')} ({b_row.get('zone')} zone), no links")
+        for problem in problems:
+            say(f"      ✗ {problem}")
+        return not problems
+
+    def _explain_timeout(self, procs: Processes) -> None:
+        log = procs.log_path("worker")
+        if "no answerer configured" in tail(log, 200):
+            print(
+                "\nthe worker has no answer pipeline: `citebot worker run` logged 'no answerer configured' "
+                "(build_answerer is not wired into it yet)",
+                file=sys.stderr,
+            )
+
+    # -- --keep ----------------------------------------------------------------------------------------
+
+    def _save_redis(self, redis: RedisServer) -> None:
+        data = json.loads(self.paths.pids.read_text("utf-8"))
+        if redis.proc is not None:
+            data = {"redis": redis.proc.pid, **data}
+        self.paths.pids.write_text(json.dumps(data), "utf-8")
+
+    def _print_keep(self) -> None:
+        env = self._env_for_shell()
+        say = self.steps.say
+        say("\nThe stack is still running (--keep). In another shell:\n")
+        for key, value in env.items():
+            say(f"  export {key}='{value}'")
+        say(
+            "\n  # ask as a member on the forum (the bot replies in the topic within seconds):\n"
+            f'  curl -s -X POST {self.forum_url}/posts.json -H "Api-Key: $CITEBOT_DISCOURSE__API_KEY" '
+            f"-H 'Api-Username: {MEMBER}' -H 'Content-Type: application/json' \\\n"
+            '       -d \'{"title": "How do I play a sound in Urho3D?", '
+            '"raw": "@citebot how do I play a sound effect when a node collides?"}\'\n'
+            f"  curl -s {self.forum_url}/t/TOPIC_ID.json      # read the topic and the bot's reply\n"
+            "\n  # or run the pipeline once without posting:\n"
+            "  .venv/bin/citebot ask 'How do I load a scene from an XML file?'\n"
+            "  .venv/bin/citebot flags show                      # the site-setting flags\n"
+            "  .venv/bin/citebot flags set rerank off            # workers follow within 5 s here\n"
+            f"\n  logs: {self.paths.logs}/   stop everything: make demo ARGS=--stop"
+        )
+
+    def _env_for_shell(self) -> dict[str, str]:
+        return {k: v for k, v in self._env(self.redis_url).items() if k.startswith("CITEBOT_")}
+
+
+def _wait_log(log: Path, text: str, procs: Processes, *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in tail(log, 200):
+        procs.check_alive()
+        if time.monotonic() > deadline:
+            raise DemoError(f"{log.stem} did not log {text!r} within {timeout_s:.0f} s", log)
+        time.sleep(0.2)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
