@@ -60,8 +60,7 @@ class Paths:
     pids: Path
 
     @staticmethod
-    def under(root: Path) -> Paths:
-        cache = root / ".cache"
+    def under(cache: Path) -> Paths:
         demo = cache / "demo"
         return Paths(cache, cache / "demo-pg", demo / "logs", demo / "pids.json")
 
@@ -71,9 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the stack running and say how to use it")
     parser.add_argument("--stop", action="store_true", help="stop a stack left running by --keep")
     parser.add_argument("--sample", type=Path, default=SAMPLE, help="forum export to load and backfill")
+    parser.add_argument(
+        "--cache", type=Path, default=ROOT / ".cache", help="where the database, logs and pids live"
+    )
     parser.add_argument("--reply-timeout", type=float, default=240.0, help="seconds to wait for the replies")
     args = parser.parse_args(argv)
-    paths = Paths.under(ROOT)
+    paths = Paths.under(args.cache.resolve())
     if args.stop:
         stopped = _stop_kept(paths)
         print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
