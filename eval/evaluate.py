@@ -1,0 +1,242 @@
+"""Running questions through retrieval configurations and scoring each answer.
+
+One ``Retriever`` serves every configuration (the switches of ``retrieve``); each question runs through
+every configuration in turn, so caches (the reranker's text vectors, PostgreSQL's buffers) are shared
+fairly and a slow moment of the machine hits all configurations alike.
+
+Rankings scored per question:
+- topic ranking: the candidates' topics in order, each at its first position (= the sources, which are
+  the candidates deduplicated by topic, extended past ``sources_k`` for @10);
+- post ranking: the candidates' post ids in order;
+- recall stage: the first ``recall_k`` (25) candidates — what the reranker reads (the same set before and
+  after rerank; for ``posts`` the cosine top 25, for ``legacy`` the keyword hits);
+- evidence: the first 5 sources' posts plus their neighbour context posts (what the LLM reads).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from eval.configs import Config
+from eval.datasets import Question
+from eval.metrics import first_rank, hit_at, mean, mrr_at, ndcg_at, percentile, recall_hit
+from worker.errors import CitebotError
+from worker.retrieval.pipeline import RetrievalResult, Retriever
+
+log = logging.getLogger(__name__)
+
+RECALL_WIDTH = 25
+_CONTEXT = re.compile(r"#(\d+):")
+METRICS = (
+    "topic_hit@1",
+    "topic_hit@5",
+    "topic_hit@10",
+    "topic_mrr@10",
+    "topic_ndcg@10",
+    "post_hit@1",
+    "post_hit@5",
+    "post_hit@10",
+    "post_mrr@10",
+    "post_ndcg@10",
+    "recall@25",
+    "evidence_hit@5",
+)
+
+GoldPositions = Mapping[int, tuple[int, int]]  # post_id -> (topic_id, post_number)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One question through one configuration."""
+
+    question_id: str
+    config: str
+    answerable: bool
+    tags: tuple[str, ...]
+    metrics: dict[str, float]
+    topic_rank: int | None
+    post_rank: int | None
+    top_logit: float | None
+    zone: str
+    latency_ms: float
+    sources: tuple[int, ...]
+    fallbacks: tuple[str, ...]
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.question_id,
+            "config": self.config,
+            "answerable": self.answerable,
+            "tags": list(self.tags),
+            **{k: v for k, v in self.metrics.items()},
+            "topic_rank": self.topic_rank,
+            "post_rank": self.post_rank,
+            "top_logit": None if self.top_logit is None else round(self.top_logit, 4),
+            "zone": self.zone,
+            "latency_ms": round(self.latency_ms, 1),
+            "sources": list(self.sources),
+            "fallbacks": list(self.fallbacks),
+            "error": self.error,
+        }
+
+
+def evidence_posts(result: RetrievalResult, k: int, topic_posts: Mapping[tuple[int, int], int]) -> set[int]:
+    """Post ids the first ``k`` sources put before the LLM: the sources and their neighbour context."""
+    out: set[int] = set()
+    for src in result.sources[:k]:
+        out.add(src.post_id)
+        for line in src.context:
+            m = _CONTEXT.match(line)
+            if m:
+                pid = topic_posts.get((src.topic_id, int(m.group(1))))
+                if pid is not None:
+                    out.add(pid)
+    return out
+
+
+def score(result: RetrievalResult, q: Question, gold: GoldPositions) -> dict[str, float]:
+    """Every metric of ``METRICS`` for one answerable question."""
+    topics = [c.topic_id for c in result.candidates]
+    posts = [c.post_id for c in result.candidates]
+    gt, gp = set(q.gold_topic_ids), set(q.gold_post_ids)
+    by_position = {pos: pid for pid, pos in gold.items()}
+    return {
+        "topic_hit@1": hit_at(topics, gt, 1),
+        "topic_hit@5": hit_at(topics, gt, 5),
+        "topic_hit@10": hit_at(topics, gt, 10),
+        "topic_mrr@10": mrr_at(topics, gt, 10),
+        "topic_ndcg@10": ndcg_at(topics, gt, 10),
+        "post_hit@1": hit_at(posts, gp, 1),
+        "post_hit@5": hit_at(posts, gp, 5),
+        "post_hit@10": hit_at(posts, gp, 10),
+        "post_mrr@10": mrr_at(posts, gp, 10),
+        "post_ndcg@10": ndcg_at(posts, gp, 10),
+        "recall@25": recall_hit(posts[:RECALL_WIDTH], gp),
+        "evidence_hit@5": recall_hit(evidence_posts(result, 5, by_position), gp),
+    }
+
+
+def top_logit(result: RetrievalResult) -> float | None:
+    if not result.candidates:
+        return None
+    return result.candidates[0].logit
+
+
+def run_one(retriever: Retriever, q: Question, config: Config, gold: GoldPositions) -> Outcome:
+    t0 = time.perf_counter()
+    try:
+        result = retriever.retrieve(
+            q.question,
+            exclude_post_ids=q.exclude_post_ids,
+            use_posts=config.use_posts,
+            use_keyword=config.use_keyword,
+            use_rerank=config.use_rerank,
+            neighbours=config.neighbours,
+        )
+    except CitebotError as exc:
+        latency = (time.perf_counter() - t0) * 1000
+        log.warning("question %s, config %s: %s", q.id, config.name, type(exc).__name__)
+        zero = dict.fromkeys(METRICS, 0.0) if q.answerable else {}
+        return Outcome(
+            q.id, config.name, q.answerable, q.tags, zero, None, None, None, "error", latency, (), (),
+            error=f"{type(exc).__name__}: {exc}",
+        )  # fmt: skip
+    latency = (time.perf_counter() - t0) * 1000
+    metrics = score(result, q, gold) if q.answerable else {}
+    return Outcome(
+        question_id=q.id,
+        config=config.name,
+        answerable=q.answerable,
+        tags=q.tags,
+        metrics=metrics,
+        topic_rank=first_rank([c.topic_id for c in result.candidates], set(q.gold_topic_ids))
+        if q.answerable
+        else None,
+        post_rank=first_rank([c.post_id for c in result.candidates], set(q.gold_post_ids))
+        if q.answerable
+        else None,
+        top_logit=top_logit(result),
+        zone=result.zone,
+        latency_ms=latency,
+        sources=tuple(s.post_id for s in result.sources),
+        fallbacks=tuple(f"{f.get('stage')}: {f.get('reason')}" for f in result.trace.fallbacks),
+    )
+
+
+def run_questions(
+    retriever: Retriever,
+    questions: Sequence[Question],
+    configs: Sequence[Config],
+    gold: GoldPositions,
+    *,
+    on_progress: Callable[[int, int], None] | None = None,
+    hidden: Callable[[Sequence[int]], AbstractContextManager[None]] | None = None,
+) -> list[Outcome]:
+    """Every question through every configuration (question-major order); ``hidden(ids)`` hides the
+    question's excluded posts from the forum while it runs (the local forum can; Discourse cannot)."""
+    out: list[Outcome] = []
+    for i, q in enumerate(questions, 1):
+        with hidden(q.exclude_post_ids) if hidden is not None else nullcontext():
+            for config in configs:
+                out.append(run_one(retriever, q, config, gold))
+        if on_progress is not None:
+            on_progress(i, len(questions))
+    return out
+
+
+def summarize(outcomes: Sequence[Outcome], configs: Sequence[Config]) -> dict[str, dict[str, float]]:
+    """Per configuration: the mean of each metric over answerable questions, n, latency, fallbacks."""
+    table: dict[str, dict[str, float]] = {}
+    for config in configs:
+        rows = [o for o in outcomes if o.config == config.name]
+        answerable = [o for o in rows if o.answerable]
+        summary: dict[str, float] = {"n": len(answerable)}
+        for m in METRICS:
+            summary[m] = round(mean([o.metrics[m] for o in answerable]), 4)
+        latencies = [o.latency_ms for o in rows if o.error is None]
+        summary["latency_ms_p50"] = round(percentile(latencies, 50), 1)
+        summary["latency_ms_p95"] = round(percentile(latencies, 95), 1)
+        summary["errors"] = sum(1 for o in rows if o.error is not None)
+        summary["fallbacks"] = sum(1 for o in rows if o.fallbacks and config.use_posts)
+        table[config.name] = summary
+    return table
+
+
+def abstention(
+    outcomes: Sequence[Outcome], configs: Sequence[Config], abstain_below: float, weak_below: float
+) -> dict[str, dict[str, float]]:
+    """Per reranking configuration: how often out-of-domain questions abstain, and answerable ones do."""
+    out: dict[str, dict[str, float]] = {}
+    for config in configs:
+        if not (config.use_posts and config.use_rerank):
+            continue
+        rows = [o for o in outcomes if o.config == config.name and o.error is None]
+        ood = [o for o in rows if "out_of_domain" in o.tags]
+        ans = [o for o in rows if o.answerable]
+        ood_abstained = sum(o.zone == "abstain" for o in ood)
+        ans_abstained = sum(o.zone == "abstain" for o in ans)
+        abstained = ood_abstained + ans_abstained
+        out[config.name] = {
+            "abstain_below": abstain_below,
+            "weak_below": weak_below,
+            "ood_n": len(ood),
+            "answerable_n": len(ans),
+            "ood_abstain": ood_abstained,
+            "ood_weak": sum(o.zone == "weak" for o in ood),
+            "ood_normal": sum(o.zone == "normal" for o in ood),
+            "answerable_abstain": ans_abstained,
+            "answerable_weak": sum(o.zone == "weak" for o in ans),
+            "answerable_normal": sum(o.zone == "normal" for o in ans),
+            "recall": round(ood_abstained / len(ood), 4) if ood else 0.0,
+            "precision": round(ood_abstained / abstained, 4) if abstained else 0.0,
+            "answerable_abstained_rate": round(ans_abstained / len(ans), 4) if ans else 0.0,
+            "rerank_fallbacks": sum(1 for o in rows if any(f.startswith("rerank") for f in o.fallbacks)),
+        }
+    return out

@@ -1,0 +1,236 @@
+"""``python -m eval retrieval``: index an export, run every question through every configuration, report.
+
+With no services configured (``CITEBOT_DATABASE__URL`` and ``CITEBOT_DISCOURSE__BASE_URL`` unset) it
+starts the embedded defaults itself (``eval.services.EmbeddedStack``). The export is indexed by the
+backfill (incremental: a second run embeds nothing), then each question runs through each
+configuration; the results go to ``OUT/results.json``, ``OUT/report.md`` and PNG plots.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval.calibrate_zones import calibrate, plot_calibration
+from eval.configs import Config
+from eval.datasets import Question, load_questions
+from eval.evaluate import Outcome, abstention, run_questions, summarize
+from eval.report import abstention_table, configs_table, plot_configs, plot_latency, write_json
+from eval.services import CACHE, EmbeddedStack, configured_settings, index_export
+from worker.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalRun:
+    """What ``run_retrieval`` needs; ``cache`` holds the embedded PostgreSQL's data folder."""
+
+    forum: Path | None
+    questions: tuple[Path, ...]
+    configs: tuple[Config, ...]
+    out: Path
+    cache: Path = CACHE / "eval-pg"
+    warmup: int = 3
+    limit: int | None = None
+    extra_meta: dict[str, Any] = field(default_factory=dict)
+
+
+def gold_positions(conn: Any, questions: Sequence[Question]) -> dict[int, tuple[int, int]]:
+    """post_id → (topic_id, post_number) of every gold post that is in the index."""
+    ids = sorted({p for q in questions for p in q.gold_post_ids})
+    if not ids:
+        return {}
+    rows = conn.execute(
+        "SELECT post_id, topic_id, post_number FROM post_index WHERE post_id = ANY(%s)", (ids,)
+    ).fetchall()
+    return {int(r[0]): (int(r[1]), int(r[2])) for r in rows}
+
+
+def index_size(conn: Any) -> int:
+    return int(conn.execute("SELECT count(*) FROM post_index").fetchone()[0])
+
+
+def evaluate_with(
+    settings: Settings,
+    run: RetrievalRun,
+    questions: Sequence[Question],
+    hidden: Callable[[Sequence[int]], AbstractContextManager[None]] | None = None,
+) -> tuple[list[Outcome], dict[str, Any]]:
+    """Run the questions against the services ``settings`` names (the index must be filled)."""
+    import httpx
+
+    from worker.clients.discourse import DiscourseClient
+    from worker.db.connect import connect
+    from worker.retrieval.factory import build_retriever
+    from worker.retrieval.recall import single_connection
+
+    http = httpx.Client(
+        timeout=httpx.Timeout(max(settings.embeddings.timeout_s, settings.reranker.timeout_s))
+    )
+    conn = connect(settings.database, autocommit=True)
+    try:
+        gold = gold_positions(conn, questions)
+        posts = index_size(conn)
+        keyword = DiscourseClient(http, settings.discourse)
+        with build_retriever(
+            settings, connections=single_connection(conn), keyword=keyword, http=http
+        ) as retriever:
+            full = next((c for c in run.configs if c.use_rerank and c.use_posts), run.configs[-1])
+            for q in questions[: run.warmup]:  # models, connections and caches warm before timing
+                retriever.retrieve(q.question, exclude_post_ids=q.exclude_post_ids, **full.switches())  # type: ignore[arg-type]
+            started = time.perf_counter()
+
+            def progress(i: int, n: int) -> None:
+                if i % 25 == 0 or i == n:
+                    log.info("%d/%d questions (%.0f s)", i, n, time.perf_counter() - started)
+
+            outcomes = run_questions(
+                retriever, questions, run.configs, gold, on_progress=progress, hidden=hidden
+            )
+            info = {
+                "posts_indexed": posts,
+                "gold_posts_indexed": len(gold),
+                "questions_s": round(time.perf_counter() - started, 1),
+                "question_posts_hidden_from_forum": hidden is not None,
+                "reranker": getattr(retriever.reranker, "name", None),
+                "served_model": getattr(retriever.reranker, "served_model", None),
+            }
+    finally:
+        conn.close()
+        http.close()
+    return outcomes, info
+
+
+def build_results(
+    outcomes: Sequence[Outcome], configs: Sequence[Config], settings: Settings, meta: dict[str, Any]
+) -> dict[str, Any]:
+    r = settings.retrieval
+    full = [o for o in outcomes if o.config == "posts+keyword+rerank"] or [
+        o for o in outcomes if any(c.name == o.config and c.use_rerank and c.use_posts for c in configs)
+    ]
+    return {
+        "meta": meta,
+        "configs": summarize(outcomes, configs),
+        "abstention": abstention(outcomes, configs, r.abstain_below, r.weak_below),
+        "calibration": calibrate(full, r.abstain_below, r.weak_below),
+        "per_question": [o.as_dict() for o in outcomes],
+    }
+
+
+def write_report(results: dict[str, Any], out: Path) -> list[Path]:
+    """results.json, report.md and the plots in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", results)
+    plots = [plot_configs(results["configs"], out / "configs.png")]
+    names = list(results["configs"])
+    plots.append(plot_latency(results["per_question"], names, out / "latency.png"))
+    cal = results.get("calibration") or {}
+    if cal.get("answerable_n"):
+        plots.append(plot_calibration(cal, out / "zones.png"))
+    (out / "report.md").write_text(render_markdown(results, [p.name for p in plots]), encoding="utf-8")
+    return [out / "results.json", out / "report.md", *plots]
+
+
+def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
+    meta = results["meta"]
+    cal = results.get("calibration") or {}
+    lines = [
+        f"# Retrieval eval — {meta.get('date', '')}",
+        "",
+        f"Forum export `{meta.get('forum')}` ({meta.get('posts_indexed')} posts indexed); questions "
+        f"{', '.join(f'`{q}`' for q in meta.get('questions', []))} ({meta.get('answerable')} answerable, "
+        f"{meta.get('out_of_domain')} out of domain). Embedder {meta.get('embedder')}, reranker "
+        f"{meta.get('reranker')}; services: {meta.get('services')}. Backfill: {meta.get('backfill')}.",
+        "",
+        "## Configurations",
+        "",
+        configs_table(results["configs"]),
+        "",
+        "Topic hit@k: a gold topic among the first k distinct topics (the sources). Post hit@k: a gold post "
+        "among the first k candidates. recall@25: a gold post among the 25 candidates the reranker reads. "
+        "evidence hit@5: a gold post among the first 5 sources or their neighbour context. Latency: one "
+        "`retrieve()` call, question-major order (a reranked text is cached for the next configuration).",
+        "",
+    ]
+    if results.get("abstention"):
+        lines += ["## Abstention (out-of-domain questions)", "", abstention_table(results["abstention"]), ""]
+    if cal.get("answerable_n"):
+        lines += ["## Zone calibration (full pipeline, top-1 rerank logit)", "", *calibration_lines(cal), ""]
+    lines += [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def calibration_lines(cal: dict[str, Any]) -> list[str]:
+    cur, prop = cal["current"], cal["proposed"]
+    return [
+        f"Answerable: n = {cal['answerable_n']}, top-1 logit median {cal['answerable_median']:.2f}; "
+        f"out of domain: n = {cal['ood_n']}, median {cal['ood_median']:.2f}.",
+        "",
+        "| thresholds | abstain_below | weak_below | OOD abstained (recall) | precision "
+        "| answerable abstained | normal zone: top-1 topic right |",
+        "|---|---|---|---|---|---|---|",
+        f"| current | {cur['abstain_below']:.2f} | {cur['weak_below']:.2f} | {cur['ood_recall']:.3f} | "
+        f"{cur['precision']:.3f} | {cur['answerable_abstained_rate']:.3f} | {cur['normal_precision']:.3f} |",
+        f"| proposed | {prop['abstain_below']:.2f} | {prop['weak_below']:.2f} | {prop['ood_recall']:.3f} | "
+        f"{prop['precision']:.3f} | {prop['answerable_abstained_rate']:.3f} | "
+        f"{prop['normal_precision']:.3f} |",
+        "",
+        cal.get("method", ""),
+    ]
+
+
+def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
+    """Index, evaluate, write the report; returns the results (also in ``run.out/results.json``)."""
+    questions = load_questions(list(run.questions))
+    if run.limit is not None:
+        questions = questions[: run.limit]
+    configured = configured_settings()
+    stack: EmbeddedStack | None = None
+    try:
+        if configured is None:
+            if run.forum is None:
+                raise ValueError("the embedded services need --forum DIR (an export to index and search)")
+            stack = EmbeddedStack(run.forum, cache=run.cache)
+            settings = stack.start().settings
+        else:
+            settings = configured
+        t0 = time.perf_counter()
+        backfill, embedded, skipped = "not run (the configured index is used as it is)", 0, 0
+        if run.forum is not None:
+            local = configured is None or settings.embeddings.provider == "local"
+            summary = index_export(settings, run.forum, local=local)
+            backfill, embedded, skipped = summary.line(), summary.embedded, summary.skipped
+            log.info("index ready in %.1f s", time.perf_counter() - t0)
+        outcomes, info = evaluate_with(settings, run, questions, stack.hidden if stack else None)
+    finally:
+        if stack is not None:
+            stack.stop()
+    meta = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "forum": str(run.forum),
+        "questions": [str(q) for q in run.questions],
+        "answerable": sum(q.answerable for q in questions),
+        "out_of_domain": sum(q.out_of_domain for q in questions),
+        "embedder": settings.embeddings.model,
+        "services": "embedded (local PostgreSQL, forum and model server)"
+        if configured is None
+        else "configured",
+        "backfill": backfill,
+        "backfill_embedded": embedded,
+        "backfill_skipped": skipped,
+        "rerank_timeout_s": settings.reranker.timeout_s,
+        "load_average": round(os.getloadavg()[0], 2),
+        **info,
+        **run.extra_meta,
+    }
+    results = build_results(outcomes, run.configs, settings, meta)
+    write_report(results, run.out)
+    return results

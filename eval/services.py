@@ -1,0 +1,231 @@
+"""The services an eval run talks to: the embedded defaults, or the ones configured in the environment.
+
+Embedded (no ``CITEBOT_*`` service configured): PostgreSQL + pgvector whose data lives in a cache
+folder (``.cache/eval-pg``; kept between runs, so the index is reused), the local forum server
+(``eval/stack/forum``) loaded with the same export for Discourse's ``/search.json``, and the local
+model server (``eval/stack/modelserver``: TEI's ``/embed`` and ``/rerank``) in a thread. The post
+index is filled by the backfill (``backfill.run``, file source): a second run on the same export finds
+every digest unchanged and embeds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from worker.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache"
+EVAL_TIMEOUT_S = 120.0  # rerank deadline in the eval: measure the reranker, not a busy machine's timeouts
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """Where each service answers, as ``Settings`` for the retriever."""
+
+    settings: Settings
+    embedded: bool
+
+
+def export_key(export: Path) -> str:
+    """A short stable name for an export folder (one index and one forum database per export)."""
+    return hashlib.sha256(str(export.resolve()).encode()).hexdigest()[:10]
+
+
+class _ForumThread:
+    """The local forum's ASGI app on a free loopback port, in a daemon thread."""
+
+    def __init__(self, store: Any) -> None:
+        import uvicorn
+
+        from eval.stack.forum.app import ForumConfig, create_forum_app
+        from eval.stack.redis import free_port
+
+        self.port = free_port()
+        self.forum = create_forum_app(store, ForumConfig(base_url=f"http://127.0.0.1:{self.port}"))
+        config = uvicorn.Config(self.forum.app, host="127.0.0.1", port=self.port, log_level="warning")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="eval-forum", daemon=True)
+
+    def start(self) -> str:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the local forum did not start")
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self.forum.close()
+
+
+def configured_settings() -> Settings | None:
+    """Settings from the environment when every service the eval needs is configured there, else None."""
+    env = os.environ
+    needed = ("CITEBOT_DATABASE__URL", "CITEBOT_DISCOURSE__BASE_URL")
+    if not all(env.get(k) for k in needed):
+        return None
+    return load_settings()
+
+
+class EmbeddedStack:
+    """Starts (and stops) the embedded PostgreSQL, the local forum and the local model server."""
+
+    def __init__(
+        self,
+        export: Path,
+        *,
+        cache: Path = CACHE / "eval-pg",
+        rerank_timeout_s: float = EVAL_TIMEOUT_S,
+        name: str | None = None,
+    ) -> None:
+        self.export = export.resolve()
+        self.cache = cache
+        self.rerank_timeout_s = rerank_timeout_s
+        self.name = name or export_key(self.export)
+        self._pg: Any = None
+        self._store: Any = None
+        self._forum: _ForumThread | None = None
+        self._models: Any = None
+
+    def start(self) -> Endpoints:
+        from eval.stack.forum.loader import load_export
+        from eval.stack.forum.store import ForumStore
+        from eval.stack.modelserver.server import ModelServerThread, load_models
+        from eval.stack.postgres import EmbeddedPostgres, ensure_database
+        from worker.db.migrate import migrate
+
+        try:
+            self._pg = EmbeddedPostgres(self.cache)
+            url = self._pg.start()
+            forum_db = ensure_database(url, f"citebot_eval_forum_{self.name}")
+            self._store = ForumStore(forum_db)
+            self._store.init_schema()
+            meta = self._store.meta()
+            if meta is None or meta["export"] != str(self.export):
+                report = load_export(self._store, self.export)
+                log.info(
+                    "forum: loaded %d topics, %d posts in %.1f s", report.topics, report.posts, report.seconds
+                )
+            self._forum = _ForumThread(self._store)
+            forum_url = self._forum.start()
+            self._models = ModelServerThread(*load_models())
+            model_url = self._models.start(timeout=120)
+            index_db = ensure_database(url, f"citebot_eval_{self.name}")
+            settings = Settings.model_validate(
+                {
+                    "database": {"url": index_db},
+                    "embeddings": {"provider": "tei", "base_url": model_url, "timeout_s": 120},
+                    "reranker": {"base_url": model_url, "timeout_s": self.rerank_timeout_s},
+                    "discourse": {
+                        "base_url": forum_url,
+                        "api_key": "local-forum-key",
+                        "api_username": "system",
+                    },
+                }
+            )
+            migrate(settings)
+        except BaseException:
+            self.stop()
+            raise
+        return Endpoints(settings, embedded=True)
+
+    @contextmanager
+    def hidden(self, post_ids: Sequence[int]) -> Iterator[None]:
+        """Hide posts from the local forum (its search included) for the duration of one question.
+
+        The question's own post must not exist for the keyword channel either: dropping it from the
+        hits is not enough, since Discourse returns one post per topic and the question's post would
+        hide the rest of its topic.
+        """
+        store = self._store
+        if store is None or not post_ids:
+            yield
+            return
+        hide = [pid for pid in post_ids if (row := store.post(pid)) is not None and row["deleted_at"] is None]
+        for pid in hide:
+            store.set_deleted(pid, True)
+        try:
+            yield
+        finally:
+            for pid in hide:
+                store.set_deleted(pid, False)
+
+    def stop(self) -> None:
+        if self._models is not None:
+            self._models.stop()
+            self._models = None
+        if self._forum is not None:
+            self._forum.stop()
+            self._forum = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        if self._pg is not None:
+            self._pg.stop()
+            self._pg = None
+
+    def __enter__(self) -> Endpoints:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def index_export(
+    settings: Settings, export: Path, *, local: bool = True, progress: bool | None = False
+) -> Any:
+    """Fill the post index from ``export`` with the backfill (file source); returns its ``Summary``.
+
+    ``local`` embeds in-process with the same model the model server serves (no HTTP per batch, same
+    vectors and model id); otherwise through the configured embedder. The texts are cut with a
+    tokenizer instance of their own: the model's tokenizer is not safe to share between the reading
+    thread and the embedding thread (a fast tokenizer's padding state is per instance).
+    """
+    from backfill.compose import build_embedder, find_tokenizer
+    from backfill.run import BackfillOptions, run_backfill
+    from backfill.sources.file import FileSource
+
+    cfg = settings.embeddings
+    if local:
+        cfg = cfg.model_copy(
+            update={"provider": "local", "base_url": None, "batch_size": 64, "concurrency": 1}
+        )
+        settings = settings.model_copy(update={"embeddings": cfg})
+    embedder = build_embedder(settings)
+    tokenizer = None
+    if local:
+        from transformers import AutoTokenizer
+
+        from worker.clients.local_embedder import resolve_model_path
+
+        tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(cfg.model)))
+    else:
+        tokenizer = find_tokenizer(embedder)
+    options = BackfillOptions(
+        batch_size=cfg.batch_size,
+        concurrency=cfg.concurrency,
+        max_tokens=cfg.max_tokens,
+        progress=progress,
+    )
+    source = FileSource(export.resolve())
+    summary = run_backfill(settings.database, source, embedder, options, tokenizer=tokenizer)
+    log.info("%s", summary.line())
+    return summary
