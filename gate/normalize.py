@@ -30,19 +30,22 @@ _C = r"[\w@$€|!]"
 # Single characters split by one repeated separator: three or more with spaces ("b o m b"), two or
 # more with dots, dashes, underscores or asterisks ("b.o.m.b", "t.o"). The separator must be the same
 # along the run, so "h.o.w t.o" becomes "how to", not "howto".
+# (The leading class and the look-ahead let the engine skip every position but one-letter words.)
 _SPACED = re.compile(
-    rf"(?<!{_C}){_C}(?: {_C}){{2,}}(?![\w@$€|])"
-    rf"|(?<!{_C}){_C}(?P<sep>[._*\-]){_C}(?:(?P=sep){_C})*(?![\w@$€|])"
+    rf"{_C}(?<!{_C}{_C})(?=[ ._*\-]{_C}(?![^\W_]|[@$€|!]))"
+    rf"(?:(?: {_C}){{2,}}(?![\w@$€|])|(?P<sep>[._*\-]){_C}(?:(?P=sep){_C})*(?![\w@$€|]))"
 )
-_SPACED_HINT = re.compile(rf"(?<!{_C}){_C}[ ._*\-]{_C}(?!{_C})")
 _SEPARATORS = re.compile(r"[ ._*\-]")
 # A token that uses leet symbols as letters: a digit or symbol between two letters ("b0mb", "m4ke"),
 # or a symbol before a letter at its start ("$tupid"). "c4", "x64", "3d" or "50" do not qualify.
-_LEET_HINT = re.compile(r"[^\W\d_][\d@$€|!]+[^\W\d_]|[@$€][^\W\d_]")
-_LEET_TOKEN = re.compile(
-    r"(?<![\w@$€|!])(?=[\w@$€|!]*?[^\W\d_][\d@$€|!]+[^\W\d_]|[@$€][^\W\d_])[\w@$€|!]*[\w@$€]"
-)
-_REPEATS = re.compile(r"([^\W\d_])\1+")
+# A leet core: symbols between two letters, or a symbol opening a word before a letter. Written to
+# start on the symbol (a rare character the engine can skip to) and look back for the letter.
+_LEET_CORE = re.compile(r"[0-9@$€|!](?:(?<=[a-z].)[0-9@$€|!]*[a-z]|(?<=[@$€])(?<![\w@$€|!].)[a-z])")
+_LEET_TOKEN = re.compile(r"[\w@$€|!]*[\w@$€]")
+_TOKEN_CHAR = re.compile(r"[\w@$€|!]")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# After folding, letters are ASCII but for scripts with no Latin look-alike (left as they are).
+_REPEATS = re.compile(r"([a-z])\1+")
 # In a pattern: escapes (kept whole, so "\\bb" and "\\N{SMALL}" survive) or a run of one letter.
 _PATTERN_REPEATS = re.compile(r"\\[pPN]\{[^}]*\}|\\.|([^\W\d_])\1+")
 _CACHE_LIMIT = 20_000
@@ -115,18 +118,35 @@ _FOLD = _FoldTable(_CACHE_LIMIT)
 def fold(text: str) -> str:
     """Steps 1-4: NFKC, format characters removed, case and accents folded, spaces collapsed."""
     text = unicodedata.normalize("NFKC", text)
-    text = text.lower() if text.isascii() else text.translate(_FOLD)
-    return " ".join(text.split())
+    if not text.isascii():
+        # Only the non-ASCII runs go through the (Python-level) table; lower() does the rest.
+        text = _NON_ASCII.sub(lambda m: m.group().translate(_FOLD), text)
+    return " ".join(text.lower().split())
+
+
+def _unleet(text: str) -> str:
+    """Map leet symbols in every word that holds a leet core (see ``_LEET_CORE``)."""
+    parts: list[str] = []
+    done = 0
+    for core in _LEET_CORE.finditer(text):
+        if core.start() < done:
+            continue
+        start = core.start()
+        while start > done and _TOKEN_CHAR.match(text, start - 1):
+            start -= 1
+        # The word runs on to its last letter, digit or symbol (never None: the core is a word part).
+        end = (_LEET_TOKEN.match(text, start) or core).end()
+        parts.append(text[done:start])
+        parts.append(text[start:end].translate(_LEET))
+        done = end
+    parts.append(text[done:])
+    return "".join(parts)
 
 
 def normalize(text: str) -> str:
     """The canonical form the rules are matched against (all seven steps of the module docstring)."""
-    text = fold(text)
-    if _SPACED_HINT.search(text):
-        text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
-    if _LEET_HINT.search(text):
-        text = _LEET_TOKEN.sub(lambda m: m.group().translate(_LEET), text)
-    return _REPEATS.sub(r"\1", text)
+    text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), fold(text))
+    return _REPEATS.sub(r"\1", _unleet(text))
 
 
 def fold_pattern(pattern: str) -> str:
