@@ -40,6 +40,8 @@ class RetrievalRun:
     cache: Path = CACHE / "eval-pg"
     warmup: int = 3
     limit: int | None = None
+    services: str = "auto"  # auto: configured when CITEBOT_DATABASE__URL and DISCOURSE__BASE_URL are set
+    server_url: str | None = None  # embedded services on this PostgreSQL server instead of ``cache``
     extra_meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -192,13 +194,15 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
     questions = load_questions(list(run.questions))
     if run.limit is not None:
         questions = questions[: run.limit]
-    configured = configured_settings()
+    configured = configured_settings() if run.services != "embedded" else None
+    if configured is None and run.services == "configured":
+        raise ValueError("--services configured needs CITEBOT_DATABASE__URL and CITEBOT_DISCOURSE__BASE_URL")
     stack: EmbeddedStack | None = None
     try:
         if configured is None:
             if run.forum is None:
                 raise ValueError("the embedded services need --forum DIR (an export to index and search)")
-            stack = EmbeddedStack(run.forum, cache=run.cache)
+            stack = EmbeddedStack(run.forum, cache=run.cache, server_url=run.server_url)
             settings = stack.start().settings
         else:
             settings = configured

@@ -93,8 +93,10 @@ class EmbeddedStack:
         cache: Path = CACHE / "eval-pg",
         rerank_timeout_s: float = EVAL_TIMEOUT_S,
         name: str | None = None,
+        server_url: str | None = None,
     ) -> None:
         self.export = export.resolve()
+        self.server_url = server_url  # a PostgreSQL server to use instead of starting one in ``cache``
         self.cache = cache
         self.rerank_timeout_s = rerank_timeout_s
         self.name = name or export_key(self.export)
@@ -111,8 +113,11 @@ class EmbeddedStack:
         from worker.db.migrate import migrate
 
         try:
-            self._pg = EmbeddedPostgres(self.cache)
-            url = self._pg.start()
+            if self.server_url is None:
+                self._pg = EmbeddedPostgres(self.cache)
+                url = self._pg.start()
+            else:
+                url = self.server_url
             forum_db = ensure_database(url, f"citebot_eval_forum_{self.name}")
             self._store = ForumStore(forum_db)
             self._store.init_schema()

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
+from eval.datasets import DatasetError, load_questions, read_questions
+
+
+def line(**kw: object) -> str:
+    return json.dumps(kw)
+
+
+def test_questions_parse_with_gold_and_out_of_domain() -> None:
+    qs = read_questions(
+        [
+            line(
+                id="a",
+                question="q?",
+                gold_post_ids=[2],
+                gold_topic_ids=[1],
+                exclude_post_ids=[9],
+                tags=["answerable"],
+            ),
+            "",
+            line(
+                id="o", question="boil an egg?", gold_post_ids=[], gold_topic_ids=[], tags=["out_of_domain"]
+            ),
+        ]
+    )
+    assert [q.id for q in qs] == ["a", "o"]
+    assert qs[0].answerable
+    assert not qs[0].out_of_domain
+    assert qs[0].exclude_post_ids == (9,)
+    assert qs[1].out_of_domain
+    assert not qs[1].answerable
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not JSON"),
+        (line(id="a", question=""), "non-empty"),
+        (line(id="a", question="q", gold_post_ids=["x"]), "gold_post_ids"),
+        (line(id="a", question="q", tags=["answerable"]), "no gold"),
+    ],
+)
+def test_bad_questions_are_refused_with_the_line(text: str, message: str) -> None:
+    with pytest.raises(DatasetError, match=message) as info:
+        read_questions([text], "f.jsonl")
+    assert "f.jsonl:1" in str(info.value)
+
+
+def test_duplicate_ids_across_files(tmp_path: Path) -> None:
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text(line(id="x", question="q", gold_topic_ids=[1]) + "\n")
+    with pytest.raises(DatasetError, match="duplicate"):
+        load_questions([tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
+
+
+def test_configs_by_name_default_and_all() -> None:
+    assert [c.name for c in parse_configs("posts, legacy")] == ["posts", "legacy"]
+    assert [c.name for c in parse_configs("default")] == list(DEFAULT)
+    assert len(parse_configs(["all"])) == len(CONFIGS)
+    legacy = CONFIGS["legacy"]
+    assert legacy.switches() == {
+        "use_posts": False,
+        "use_keyword": True,
+        "use_rerank": False,
+        "neighbours": 0,
+    }
+    assert CONFIGS["posts+keyword+rerank+neighbours"].neighbours == 1
+    with pytest.raises(UnknownConfigError, match="unknown configuration 'bm25'"):
+        parse_configs("posts,bm25")
