@@ -74,7 +74,7 @@ def make_source(fake: FakeDiscourse, sleeps: list[float]) -> ApiSource:
 
 
 def test_pages_walk_ids_downward_and_cover_their_ranges() -> None:
-    fake, sleeps = FakeDiscourse(), []
+    fake, sleeps = FakeDiscourse(), list[float]()
     source = make_source(fake, sleeps)
     batches = list(source.read(None, batch_size=50))
     assert [(b.lo, b.hi, b.cursor) for b in batches] == [(6, 9, 6), (2, 5, 2), (1, 1, 1)]
@@ -86,7 +86,7 @@ def test_pages_walk_ids_downward_and_cover_their_ranges() -> None:
 
 
 def test_429_is_retried_after_the_servers_wait() -> None:
-    fake, sleeps = FakeDiscourse(), []
+    fake, sleeps = FakeDiscourse(), list[float]()
     fake.throttle_next = 1
     source = make_source(fake, sleeps)
     assert source.restricted_categories() == frozenset({5})
@@ -105,7 +105,7 @@ def test_auth_failure_is_permanent() -> None:
 
 @pytest.mark.integration
 def test_backfill_over_the_api_removes_what_the_forum_no_longer_lists(db_url: str) -> None:
-    fake, sleeps = FakeDiscourse(), []
+    fake, sleeps = FakeDiscourse(), list[float]()
     embedder = NullEmbedder(8, model="test-model")
     options = BackfillOptions(batch_size=2, progress=False)
     database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
@@ -123,7 +123,7 @@ def test_backfill_over_the_api_removes_what_the_forum_no_longer_lists(db_url: st
 
 @pytest.mark.integration
 def test_limit_on_the_downward_walk_keeps_the_newest_posts_and_resumes_below(db_url: str) -> None:
-    fake, sleeps = FakeDiscourse(), []
+    fake, sleeps = FakeDiscourse(), list[float]()
     embedder = NullEmbedder(8, model="test-model")
     database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
     options = BackfillOptions(batch_size=2, progress=False, limit=3)

@@ -32,7 +32,7 @@ def env(empty_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     monkeypatch.setenv("CITEBOT_DATABASE__URL", empty_db_url)
     monkeypatch.setenv("CITEBOT_EMBEDDINGS__DIMENSION", "384")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    migrate(Settings(database={"url": empty_db_url}, embeddings={"dimension": 384}))  # type: ignore[arg-type]
+    migrate(Settings.model_validate({"database": {"url": empty_db_url}, "embeddings": {"dimension": 384}}))
     yield empty_db_url, tmp_path
     # The CLI installed a handler on pytest's captured stderr; it must not outlive the capture.
     root = logging.getLogger()
@@ -48,10 +48,10 @@ def test_backfill_command_fills_the_index_with_the_local_model(
     out = capsys.readouterr().out
     assert "done; seen 3, embedded 3" in out
     with psycopg.connect(url) as conn:
-        count, model, dims = conn.execute(
+        row = conn.execute(
             "SELECT count(*), min(model), min(vector_dims(embedding::vector)) FROM post_index"
         ).fetchone()
-    assert (count, model, dims) == (3, "sentence-transformers/all-MiniLM-L6-v2", 384)
+    assert row == (3, "sentence-transformers/all-MiniLM-L6-v2", 384)
     assert main(["backfill", "--source", "file", "--path", str(export), "--json"]) == 0
     assert '"embedded": 0, "skipped": 3' in capsys.readouterr().out
 

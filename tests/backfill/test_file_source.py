@@ -86,10 +86,12 @@ def test_backfill_of_real_topics_indexes_eligible_posts_and_honours_categories(
     assert summary.reasons["post_type"] == 1
     assert summary.embedded == 133 - summary.ineligible
     with psycopg.connect(db_url) as conn:
-        topics = dict(conn.execute("SELECT topic_id, count(*) FROM post_index GROUP BY topic_id").fetchall())
+        topics: dict[int, int] = dict(
+            conn.execute("SELECT topic_id, count(*) FROM post_index GROUP BY topic_id").fetchall()
+        )
         text = conn.execute("SELECT text FROM post_index WHERE post_id = 434").fetchone()
         restricted = conn.execute("SELECT array_agg(category_id) FROM restricted_categories").fetchone()
-        names = dict(conn.execute("SELECT category_id, name FROM category_names").fetchall())
+        names: dict[int, str] = dict(conn.execute("SELECT category_id, name FROM category_names").fetchall())
     assert topics == {100: summary.embedded}
     assert text is not None
     assert text[0].startswith("Autocompletion generator\nCategory: Support\n\n")

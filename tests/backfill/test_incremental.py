@@ -76,6 +76,9 @@ def as_source_posts(topic: ForumTopic) -> list[SourcePost]:
     ]  # fmt: skip
 
 
+World = tuple["MemoryForum", NullEmbedder, IndexDeps]
+
+
 @pytest.fixture
 def world(db_url: str) -> Iterator[tuple[MemoryForum, NullEmbedder, IndexDeps]]:
     topics = {1: forum_topic(1, 3), 2: forum_topic(2, 2)}
@@ -93,13 +96,13 @@ def rows(db_url: str) -> dict[int, str]:
         return dict(conn.execute("SELECT post_id, text FROM post_index").fetchall())
 
 
-def test_unchanged_post_costs_no_embedding(world: tuple, db_url: str) -> None:
+def test_unchanged_post_costs_no_embedding(world: World, db_url: str) -> None:
     _forum, embedder, deps = world
     assert refresh_post(deps, 101, "post_edited") == "unchanged"
     assert embedder.history == []
 
 
-def test_edited_post_is_re_embedded(world: tuple, db_url: str) -> None:
+def test_edited_post_is_re_embedded(world: World, db_url: str) -> None:
     forum, embedder, deps = world
     forum.edit_post(102, cooked="<p>Now with the fix</p>", updated_at="2024-05-01T00:00:00+00:00")
     assert refresh_post(deps, 102, "post_edited") == "embedded"
@@ -107,7 +110,7 @@ def test_edited_post_is_re_embedded(world: tuple, db_url: str) -> None:
     assert len(embedder.history) == 1
 
 
-def test_destroyed_hidden_and_vanished_posts_are_removed(world: tuple, db_url: str) -> None:
+def test_destroyed_hidden_and_vanished_posts_are_removed(world: World, db_url: str) -> None:
     forum, embedder, deps = world
     assert refresh_post(deps, 101, "post_destroyed") == "removed"
     forum.edit_post(102, hidden=True)
@@ -118,14 +121,14 @@ def test_destroyed_hidden_and_vanished_posts_are_removed(world: tuple, db_url: s
     assert embedder.history == []
 
 
-def test_recovered_post_comes_back(world: tuple, db_url: str) -> None:
+def test_recovered_post_comes_back(world: World, db_url: str) -> None:
     _forum, _embedder, deps = world
     remove_post(deps, 201)
     assert refresh_post(deps, 201, "post_recovered") == "embedded"
     assert 201 in rows(db_url)
 
 
-def test_new_topic_title_re_embeds_the_topics_posts(world: tuple, db_url: str) -> None:
+def test_new_topic_title_re_embeds_the_topics_posts(world: World, db_url: str) -> None:
     forum, _embedder, deps = world
     forum.topics[1] = dataclasses.replace(forum.topics[1], title="Renamed topic")
     result = refresh_topic(deps, 1, "topic_edited")
@@ -134,7 +137,7 @@ def test_new_topic_title_re_embeds_the_topics_posts(world: tuple, db_url: str) -
     assert refresh_topic(deps, 2, "topic_edited").embedded == 0
 
 
-def test_topic_moved_into_a_restricted_category_leaves_the_index(world: tuple, db_url: str) -> None:
+def test_topic_moved_into_a_restricted_category_leaves_the_index(world: World, db_url: str) -> None:
     forum, _embedder, deps = world
     with psycopg.connect(db_url) as conn:
         conn.execute("INSERT INTO restricted_categories (category_id) VALUES (77)")
@@ -146,7 +149,7 @@ def test_topic_moved_into_a_restricted_category_leaves_the_index(world: tuple, d
     assert refresh_topic(deps, 1, "topic_destroyed").removed == 3
 
 
-def test_another_model_is_refused(world: tuple, db_url: str) -> None:
+def test_another_model_is_refused(world: World, db_url: str) -> None:
     _forum, _embedder, deps = world
     other = dataclasses.replace(deps, embedder=NullEmbedder(8, model="other"))
     with pytest.raises(IndexMismatchError):

@@ -92,7 +92,7 @@ def test_compose_text_puts_title_category_tags_before_the_body() -> None:
     ],
 )
 def test_eligibility(fields: dict[str, object], reason: str | None) -> None:
-    assert ineligibility(make_post(1, **fields), restricted={42}) == reason
+    assert ineligibility(make_post(1, **fields), restricted={42}) == reason  # type: ignore[arg-type]
 
 
 def test_truncation_by_characters_cuts_at_a_word_boundary() -> None:

@@ -11,6 +11,7 @@ import pytest
 from backfill.embedders import NullEmbedder
 from backfill.lock import BackfillBusyError, BackfillLock
 from backfill.run import BackfillOptions, run_backfill
+from backfill.sources import SourcePost
 from backfill.sources.memory import MemorySource
 from tests.backfill.conftest import TEST_MODEL, edited, make_post
 from worker.errors import IndexMismatchError
@@ -24,7 +25,7 @@ def indexed(db_url: str) -> dict[int, str]:
         return dict(conn.execute("SELECT post_id, text FROM post_index ORDER BY post_id").fetchall())
 
 
-def corpus(n: int = 10) -> list:
+def corpus(n: int = 10) -> list[SourcePost]:
     return [make_post(i, topic_id=1 + i // 4) for i in range(1, n + 1)]
 
 
@@ -208,7 +209,8 @@ def test_two_concurrent_runs_never_duplicate(
     try:
         with psycopg.connect(db_url, autocommit=True) as conn:  # wait until the first run holds its lock
             for _ in range(200):
-                if conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()[0]:
+                held = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+                if held and held[0]:
                     break
                 threading.Event().wait(0.05)
         second = NullEmbedder(8, model=TEST_MODEL)
@@ -220,8 +222,8 @@ def test_two_concurrent_runs_never_duplicate(
         thread.join(30)
     assert len(results) == 1
     with psycopg.connect(db_url) as conn:
-        count, distinct = conn.execute("SELECT count(*), count(DISTINCT post_id) FROM post_index").fetchone()
-    assert count == distinct == 12
+        row = conn.execute("SELECT count(*), count(DISTINCT post_id) FROM post_index").fetchone()
+    assert row == (12, 12)
 
 
 def test_fresh_page_falls_back_to_the_upsert_when_a_row_appeared_meanwhile(db_url: str) -> None:
