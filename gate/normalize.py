@@ -17,7 +17,8 @@ Steps, in order (each undoes one trick used to slip a request past a word list):
 6. Leetspeak mapped (``0→o 1→i 3→e 4→a 5→s 7→t 8→b @→a $→s €→e !→i |→l``), but only in tokens
    that use them as letters: between two letters (``b0mb``, ``m4ke``) or a symbol first (``$hit``).
    Numbers and identifiers such as ``50``, ``x64``, ``c4`` or ``3d`` are left alone.
-7. Runs of the same letter squeezed to one (``boooomb`` → ``bomb``, ``kill`` → ``kil``).
+7. Runs of the same letter squeezed to one (``boooomb`` → ``bomb``, ``kill`` → ``kil``); Latin
+   letters only, which is what folding leaves of any script the rules are written in.
 """
 
 from __future__ import annotations
