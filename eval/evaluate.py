@@ -68,6 +68,7 @@ class Outcome:
     sources: tuple[int, ...]
     fallbacks: tuple[str, ...]
     error: str | None = None
+    channels: dict[str, int | None] | None = None  # best rank of a gold post in each channel
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +85,7 @@ class Outcome:
             "sources": list(self.sources),
             "fallbacks": list(self.fallbacks),
             "error": self.error,
+            **(self.channels or {}),
         }
 
 
@@ -121,6 +123,13 @@ def score(result: RetrievalResult, q: Question, gold: GoldPositions) -> dict[str
         "recall@25": recall_hit(posts[:RECALL_WIDTH], gp),
         "evidence_hit@5": recall_hit(evidence_posts(result, 5, by_position), gp),
     }
+
+
+def channel_ranks(result: RetrievalResult, gold_posts: set[int]) -> dict[str, int | None]:
+    """The best rank a gold post had in the vector and in the keyword channel (None: not found there)."""
+    vector = [c.vector_rank for c in result.candidates if c.post_id in gold_posts and c.vector_rank]
+    keyword = [c.keyword_rank for c in result.candidates if c.post_id in gold_posts and c.keyword_rank]
+    return {"gold_vector_rank": min(vector, default=None), "gold_keyword_rank": min(keyword, default=None)}
 
 
 def top_logit(result: RetrievalResult) -> float | None:
@@ -167,6 +176,7 @@ def run_one(retriever: Retriever, q: Question, config: Config, gold: GoldPositio
         latency_ms=latency,
         sources=tuple(s.post_id for s in result.sources),
         fallbacks=tuple(f"{f.get('stage')}: {f.get('reason')}" for f in result.trace.fallbacks),
+        channels=channel_ranks(result, set(q.gold_post_ids)) if q.answerable else None,
     )
 
 
@@ -183,9 +193,16 @@ def run_questions(
     question's excluded posts from the forum while it runs (the local forum can; Discourse cannot)."""
     out: list[Outcome] = []
     for i, q in enumerate(questions, 1):
-        with hidden(q.exclude_post_ids) if hidden is not None else nullcontext():
-            for config in configs:
-                out.append(run_one(retriever, q, config, gold))
+        rows = []
+        try:
+            with hidden(q.exclude_post_ids) if hidden is not None else nullcontext():
+                for config in configs:
+                    rows.append(run_one(retriever, q, config, gold))
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM: keep the questions that ran through every configuration, report them.
+            log.warning("interrupted after %d of %d questions; reporting those", i - 1, len(questions))
+            break
+        out.extend(rows)
         if on_progress is not None:
             on_progress(i, len(questions))
     return out

@@ -9,8 +9,10 @@ configuration; the results go to ``OUT/results.json``, ``OUT/report.md`` and PNG
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -189,9 +191,17 @@ def calibration_lines(cal: dict[str, Any]) -> list[str]:
     ]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
     """Index, evaluate, write the report; returns the results (also in ``run.out/results.json``)."""
-    questions = load_questions(list(run.questions))
+    # A stable interleaved order (by a hash of the id): an interrupted run still reports a fair mix of
+    # the files' questions, out-of-domain ones included.
+    questions = sorted(
+        load_questions(list(run.questions)), key=lambda q: hashlib.sha256(q.id.encode()).digest()
+    )
     if run.limit is not None:
         questions = questions[: run.limit]
     configured = configured_settings() if run.services != "embedded" else None
@@ -213,7 +223,11 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
             summary = index_export(settings, run.forum, local=local)
             backfill, embedded, skipped = summary.line(), summary.embedded, summary.skipped
             log.info("index ready in %.1f s", time.perf_counter() - t0)
-        outcomes, info = evaluate_with(settings, run, questions, stack.hidden if stack else None)
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            outcomes, info = evaluate_with(settings, run, questions, stack.hidden if stack else None)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     finally:
         if stack is not None:
             stack.stop()
@@ -221,8 +235,10 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "forum": str(run.forum),
         "questions": [str(q) for q in run.questions],
-        "answerable": sum(q.answerable for q in questions),
-        "out_of_domain": sum(q.out_of_domain for q in questions),
+        "answerable": len({o.question_id for o in outcomes if o.answerable}),
+        "out_of_domain": len({o.question_id for o in outcomes if "out_of_domain" in o.tags}),
+        "questions_given": len(questions),
+        "interrupted": len({o.question_id for o in outcomes}) < len(questions),
         "embedder": settings.embeddings.model,
         "services": "embedded (local PostgreSQL, forum and model server)"
         if configured is None
