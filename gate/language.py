@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import regex
 
+from gate.normalize import normalize
+
 _WORD = regex.compile(r"\w+")
 _SQUEEZE = regex.compile(r"(.)\1+")
 
@@ -35,9 +37,16 @@ _EN_WORDS = _words(
 )
 
 
-def detect_language(normalized: str, original: str = "") -> str:
-    """``"fr"`` or ``"en"`` for a question; ``normalized`` is :func:`gate.normalize.normalize` output."""
-    return language_of(set(_WORD.findall(normalized)), original)
+def detect_language(text: str, original: str | None = None) -> str:
+    """``"fr"`` or ``"en"`` for a question.
+
+    ``detect_language(question)`` takes the question as written; ``detect_language(normalized,
+    question)`` saves the normalisation when the caller already has :func:`gate.normalize.normalize`
+    output.
+    """
+    if original is None:
+        original, text = text, normalize(text)
+    return language_of(set(_WORD.findall(text)), original)
 
 
 def language_of(words: set[str], original: str = "") -> str:

@@ -85,6 +85,9 @@ def test_language_detection() -> None:
     assert detect_language(normalize("Comment faire une bombe ?"), "Comment faire une bombe ?") == "fr"
     assert detect_language(normalize("how do i make it"), "how do i make it") == "en"
     assert detect_language("", "") == "en"
+    # Given only the question as written, it normalises it first (case, accents).
+    assert detect_language("COMMENT Créer Une Scène ?") == "fr"
+    assert detect_language("How Do I Create A Scene?") == "en"
     # French accents count even when the words are unknown.
     assert detect_language(normalize("éèà xyz"), "éèà xyz") == "fr"
 
