@@ -168,28 +168,38 @@ def stop_saved(path: Path) -> list[str]:
         return []
     stopped = []
     for name, pid in reversed(list(pids.items())):
-        try:
-            os.killpg(pid, signal.SIGTERM)
+        if _signal(pid, signal.SIGTERM):
             stopped.append(name)
-        except (ProcessLookupError, PermissionError):
-            continue
     deadline = time.monotonic() + 10
     for pid in pids.values():
-        while time.monotonic() < deadline and _group_alive(pid):
+        while time.monotonic() < deadline and _signal(pid, 0):
             time.sleep(0.1)
-        if _group_alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+        _signal(pid, signal.SIGKILL)
     path.unlink(missing_ok=True)
     return stopped
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
+def _signal(pid: int, sig: int) -> bool:
+    """Signal the process group led by ``pid`` (children started in their own session), else the process
+    alone (Redis, started in the demo's group). False when neither exists any more, or when the pid now
+    belongs to a process the demo did not start (a recycled pid)."""
+    if not _ours(pid):
         return False
-    return True
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            continue
+    return False
+
+
+def _ours(pid: int) -> bool:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"worker.cli" in command or b"redis-server" in command
 
 
 def _stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:

@@ -136,10 +136,10 @@ class Demo:
         say(f"logs: {self.paths.logs}/NAME.log")
         postgres = EmbeddedPostgres(self.paths.pg_data, keep_running=self.keep)
         redis = RedisServer(self.paths.cache / "demo" / "redis")
-        procs: Processes | None = None
+        procs = Processes(self.paths.logs, _base_env())
         ok = kept = False
         try:
-            procs = self._bring_up(postgres, redis)
+            self._bring_up(procs, postgres, redis)
             ok = self._ask(procs)
             if self.keep:  # kept even when a check failed: the stack is there to be looked at
                 procs.save(self.paths.pids)
@@ -152,8 +152,7 @@ class Demo:
                 print(f"--- last lines of {exc.log} ---\n{tail(exc.log)}\n---", file=sys.stderr)
         finally:
             if not kept:
-                if procs is not None:
-                    procs.stop_all()
+                procs.stop_all()
                 redis.stop()
                 postgres.keep_running = False
                 postgres.stop()
@@ -164,8 +163,11 @@ class Demo:
 
     # -- bring the stack up ----------------------------------------------------------------------------
 
-    def _bring_up(self, postgres: EmbeddedPostgres, redis: RedisServer) -> Processes:
+    def _bring_up(self, procs: Processes, postgres: EmbeddedPostgres, redis: RedisServer) -> None:
         step = self.steps.step
+        models_url = f"http://127.0.0.1:{self.ports['models']}"
+        with step("local model server (MiniLM embeddings + calibrated scorer, TEI's API): loading meanwhile"):
+            models = procs.start("models", [*CITEBOT, "models", "serve", "--port", str(self.ports["models"])])
         with step(f"PostgreSQL + pgvector (embedded, data in {self.paths.pg_data})"):
             server_url = postgres.start()
             self.db_url = ensure_database(server_url, "citebot_demo")
@@ -174,9 +176,8 @@ class Demo:
         with step("Redis (a private redis-server on a free port)"):
             self.redis_url = redis.start()
             self.steps.say(f"      {self.redis_url}")
-        procs = Processes(self.paths.logs, self._env(self.redis_url))
-        with step("model server (MiniLM embeddings + calibrated scorer, TEI's contract) and local forum"):
-            models = procs.start("models", [*CITEBOT, "models", "serve", "--port", str(self.ports["models"])])
+        procs.env.update(self._env(self.redis_url))
+        with step("local forum (a Discourse double) loaded with the sample; the model server ready"):
             webhook_url = f"http://127.0.0.1:{self.ports['webhook']}/webhooks/discourse"
             forum = procs.start(
                 "forum",
@@ -194,8 +195,8 @@ class Demo:
             )
             loaded = [line for line in tail(forum.log, 50).splitlines() if line.startswith("loaded ")]
             self.steps.say(f"      forum on {self.forum_url}: {loaded[-1] if loaded else 'sample loaded'}")
-            procs.wait_http(models, f"http://127.0.0.1:{self.ports['models']}/health", timeout_s=180)
-            self.steps.say(f"      model server on http://127.0.0.1:{self.ports['models']}")
+            procs.wait_http(models, f"{models_url}/health", timeout_s=180)
+            self.steps.say(f"      model server on {models_url}")
         with step("database schema (citebot db migrate)"):
             out = procs.run("migrate", [*CITEBOT, "db", "migrate"])
             for line in out.strip().splitlines():
@@ -222,37 +223,26 @@ class Demo:
             for name in FLAG_NAMES:
                 out = procs.run(f"flags-{name}", [*CITEBOT, "flags", "set", name, "on"])
                 self.steps.say(f"      {out.strip().splitlines()[-1] if out.strip() else name}")
-        return procs
 
     def _env(self, redis_url: str) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("CITEBOT_") or k.startswith("CITEBOT_LLM__")
-        }
+        """The citebot settings of every child: this run's services, ports and secrets."""
         models = f"http://127.0.0.1:{self.ports['models']}"
-        env.update(
-            {
-                "PYTHONUNBUFFERED": "1",
-                "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1",
-                "CITEBOT_DATABASE__URL": self.db_url,
-                "CITEBOT_REDIS__URL": redis_url,
-                "CITEBOT_REDIS__NAMESPACE": "citebot-demo",
-                "CITEBOT_DISCOURSE__BASE_URL": self.forum_url,
-                "CITEBOT_DISCOURSE__API_KEY": self.api_key,
-                "CITEBOT_DISCOURSE__API_USERNAME": BOT,
-                "CITEBOT_DISCOURSE__BOT_USERNAME": BOT,
-                "CITEBOT_DISCOURSE__WEBHOOK_SECRET": self.webhook_secret,
-                "CITEBOT_EMBEDDINGS__PROVIDER": "tei",
-                "CITEBOT_EMBEDDINGS__BASE_URL": models,
-                "CITEBOT_RERANKER__BASE_URL": models,
-                # The local scorer on a shared 2-core machine can take a few seconds under load.
-                "CITEBOT_RERANKER__TIMEOUT_S": "20",
-                "CITEBOT_FLAGS__CACHE_TTL_S": "5",
-            }
-        )
-        return env
+        return {
+            "CITEBOT_DATABASE__URL": self.db_url,
+            "CITEBOT_REDIS__URL": redis_url,
+            "CITEBOT_REDIS__NAMESPACE": "citebot-demo",
+            "CITEBOT_DISCOURSE__BASE_URL": self.forum_url,
+            "CITEBOT_DISCOURSE__API_KEY": self.api_key,
+            "CITEBOT_DISCOURSE__API_USERNAME": BOT,
+            "CITEBOT_DISCOURSE__BOT_USERNAME": BOT,
+            "CITEBOT_DISCOURSE__WEBHOOK_SECRET": self.webhook_secret,
+            "CITEBOT_EMBEDDINGS__PROVIDER": "tei",
+            "CITEBOT_EMBEDDINGS__BASE_URL": models,
+            "CITEBOT_RERANKER__BASE_URL": models,
+            # The local scorer on a shared 2-core machine can take a few seconds under load.
+            "CITEBOT_RERANKER__TIMEOUT_S": "20",
+            "CITEBOT_FLAGS__CACHE_TTL_S": "5",
+        } | {k: v for k, v in os.environ.items() if k.startswith("CITEBOT_LLM__")}
 
     # -- ask and show ------------------------------------------------------------------------------------
 
@@ -377,6 +367,15 @@ class Demo:
 
     def _env_for_shell(self) -> dict[str, str]:
         return {k: v for k, v in self._env(self.redis_url).items() if k.startswith("CITEBOT_")}
+
+
+def _base_env() -> dict[str, str]:
+    """The caller's environment without its citebot settings (the LLM's excepted), models offline."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("CITEBOT_") or k.startswith("CITEBOT_LLM__")
+    }
+    env.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    return env
 
 
 def _wait_log(log: Path, text: str, procs: Processes, *, timeout_s: float) -> None:
