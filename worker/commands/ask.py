@@ -42,7 +42,9 @@ def _ask(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     out: dict[str, object] = {"question": args.question}
     if not args.no_gate:
-        gate = Gate.load(settings.gate.rules_path, timeout_ms=settings.gate.timeout_ms)
+        gate = Gate.load(
+            settings.gate.rules_path, timeout_ms=settings.gate.timeout_ms, max_chars=settings.gate.max_chars
+        )
         decision = gate.check(args.question)
         out["gate"] = {"hit": decision.hit, "rule": decision.rule_id, "category": decision.category}
         if decision.hit and not args.retrieve_only:
