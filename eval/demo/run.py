@@ -12,6 +12,7 @@ zones and stage timings. Everything it started is stopped at the end, on failure
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import secrets
@@ -120,6 +121,16 @@ class Demo:
         if not (self.sample / "topics").is_dir():
             print(f"demo: no forum sample at {self.sample}", file=sys.stderr)
             return 2
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        with (self.paths.logs.parent / "lock").open("w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"demo: another demo is running with {self.paths.cache}", file=sys.stderr)
+                return 2
+            return self._run()
+
+    def _run(self) -> int:
         previous = _stop_kept(self.paths) if self.paths.pids.exists() else []
         if previous:
             print(f"stopped the stack a previous `--keep` left running ({', '.join(previous)})")

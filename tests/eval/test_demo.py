@@ -3,6 +3,7 @@ whole demo end to end as a newcomer runs it (``python -m eval.demo``), within it
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -142,16 +143,11 @@ def test_make_demo_answers_one_question_with_resolving_links_and_abstains_on_the
         unavailable("redis-server", "not installed (apt-get install redis-server)")
     cache = ROOT / ".cache" / "test-demo"  # kept between runs: a second run reuses the index
     env = {k: v for k, v in os.environ.items() if not k.startswith("CITEBOT_")}
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "eval.demo", "--cache", str(cache)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / "test.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test sessions on one checkout take turns
+        started = time.monotonic()
+        done = _run_demo(cache, env)
     seconds = time.monotonic() - started
     out = done.stdout
     assert done.returncode == 0, f"demo failed:\n{out[-4000:]}\n{done.stderr[-4000:]}"
@@ -170,3 +166,15 @@ def test_make_demo_answers_one_question_with_resolving_links_and_abstains_on_the
     assert not _alive(worker_pid)
     assert not (cache / "demo-pg" / "postmaster.pid").exists()
     assert (cache / "demo" / "logs" / "worker.log").exists()
+
+
+def _run_demo(cache: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "eval.demo", "--cache", str(cache)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
