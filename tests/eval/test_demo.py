@@ -77,15 +77,21 @@ def test_a_kept_stack_is_stopped_from_its_pids_file_and_a_recycled_pid_is_left_a
     procs = Processes(tmp_path / "logs", os.environ)
     # $0 names our CLI, as the demo's children do: only such processes are ever signalled
     child = procs.start("worker", ["sh", "-c", "sleep 60 & wait", "worker.cli"])
-    pids = tmp_path / "pids.json"
-    procs.save(pids)
-    assert stop_saved(pids) == ["worker"]
-    assert child.proc.wait(10) is not None
-    assert not pids.exists()
-    # a pids file whose pid now belongs to another program (here: this test) signals nothing
-    pids.write_text(json.dumps({"worker": os.getpid()}))
-    assert stop_saved(pids) == []
-    procs.stop_all()
+    try:
+        cmdline = Path(f"/proc/{child.proc.pid}/cmdline")
+        deadline = time.monotonic() + 5
+        while b"worker.cli" not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the fork has exec'd sh
+        pids = tmp_path / "pids.json"
+        procs.save(pids)
+        assert stop_saved(pids) == ["worker"]
+        assert child.proc.wait(10) is not None
+        assert not pids.exists()
+        # a pids file whose pid now belongs to another program (here: this test) signals nothing
+        pids.write_text(json.dumps({"worker": os.getpid()}))
+        assert stop_saved(pids) == []
+    finally:
+        procs.stop_all()
 
 
 def test_a_failing_step_names_its_log_with_the_output(tmp_path: Path) -> None:
