@@ -43,7 +43,7 @@ from worker import answers
 from worker.domain import ForumPost, Source, Zone
 from worker.errors import CitebotError, NotFoundError, PermanentError, TransientError
 from worker.flags import FlagReader
-from worker.generation import OFFLINE_FOOTER, build_prompt
+from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
 from worker.limits import RateLimiter
 from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
@@ -249,7 +249,7 @@ class AnswerPipeline:
             )
         reply = clean.text
         if completion.offline:
-            reply = f"{reply}\n\n{OFFLINE_FOOTER}"
+            reply = f"{reply}\n\n{OFFLINE_FOOTER if clean.cited else OFFLINE_NOTE}"
         ZONES.labels(prompt.zone).inc()
         answers.transition(
             conn,

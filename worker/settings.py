@@ -218,6 +218,9 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)  # type: ignore[arg-type]
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_json: bool = Field(False, description="Log one JSON object per line (production).")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="Port of a worker's Prometheus `/metrics` (process i: port + i)."
+    )
 
 
 def env_name(loc: tuple[int | str, ...]) -> str:

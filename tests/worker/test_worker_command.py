@@ -9,9 +9,11 @@ import sys
 import threading
 import time
 
+import httpx
 import psycopg
 import pytest
 
+from eval.stack.redis import free_port
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from worker.actors import declare_actors
 from worker.broker import build_broker
@@ -33,8 +35,21 @@ def test_worker_run_with_two_processes_answers_and_stops(db_url: str, redis_url:
         "CITEBOT_EMBEDDINGS__BASE_URL": "http://127.0.0.1:9",
         "CITEBOT_DISCOURSE__BASE_URL": "http://127.0.0.1:9",
     }
+    port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "run", "--threads", "1", "--processes", "2"],
+        [
+            sys.executable,
+            "-m",
+            "worker.cli",
+            "worker",
+            "run",
+            "--threads",
+            "1",
+            "--processes",
+            "2",
+            "--metrics-port",
+            str(port),
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -68,6 +83,16 @@ def test_worker_run_with_two_processes_answers_and_stops(db_url: str, redis_url:
         # Every question reached the real answer pipeline, which found citebot_enabled off (the
         # default before any flag is read): recorded, nothing posted — deploying changes nothing.
         assert sorted(rows) == [(p, "skipped") for p in range(900, 906)]
+        # Each process serves its own Prometheus metrics (the parent on port, the child on port + 1).
+        jobs = 0.0
+        for p in (port, port + 1):
+            text = httpx.get(f"http://127.0.0.1:{p}/metrics", timeout=5).text
+            jobs += sum(
+                float(line.split()[-1])
+                for line in text.splitlines()
+                if line.startswith('citebot_answer_jobs_total{outcome="skipped"}')
+            )
+        assert jobs == 6
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

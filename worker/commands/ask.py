@@ -35,7 +35,7 @@ def _ask(args: argparse.Namespace) -> int:
     from worker.clients.discourse import DiscourseClient
     from worker.commands.common import settings_from
     from worker.db.connect import open_pool
-    from worker.generation import OFFLINE_FOOTER, build_prompt
+    from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
     from worker.generation.factory import chat_model_from
     from worker.retrieval.factory import build_retriever
 
@@ -96,7 +96,8 @@ def _ask(args: argparse.Namespace) -> int:
                     base_url=base,
                     allow_canned=False,
                 )
-                reply = clean.text + (f"\n\n{OFFLINE_FOOTER}" if completion.offline else "")
+                label = OFFLINE_FOOTER if clean.cited else OFFLINE_NOTE
+                reply = clean.text + (f"\n\n{label}" if completion.offline else "")
                 out["reply"] = reply if clean.ok else None
                 out["sanitizer"] = {"ok": clean.ok, "reasons": list(clean.reasons)}
                 out["model"] = completion.model

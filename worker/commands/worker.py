@@ -30,6 +30,12 @@ def register(group: argparse.ArgumentParser) -> None:
         help="worker processes (default 1): this one plus N-1 children, stopped together",
     )
     p.add_argument("--queues", nargs="*", default=None, help="only these queues (default: all)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics on this port (default CITEBOT_METRICS_PORT; children use port+i)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -46,7 +52,15 @@ def _run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.processes < 1:
         raise ConfigError("--processes must be at least 1")
-    children = [_spawn_child(args) for _ in range(args.processes - 1)]
+    metrics_port = args.metrics_port or settings.metrics_port
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr="0.0.0.0")  # noqa: S104 - scraped from outside the pod
+        log.info("metrics on :%d/metrics", metrics_port)
+    children = [
+        _spawn_child(args, metrics_port + i if metrics_port else None) for i in range(1, args.processes)
+    ]
     broker = build_broker(settings.redis, settings.limits)
     runtime = RuntimeProvider(settings, answerer_factory=build_answerer)
     # Build the pipeline now: a broken rules file, an unreachable database or a model that does not
@@ -79,9 +93,11 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spawn_child(args: argparse.Namespace) -> subprocess.Popen[bytes]:
+def _spawn_child(args: argparse.Namespace, metrics_port: int | None) -> subprocess.Popen[bytes]:
     """One more worker process with the same options (it inherits the environment, hence the settings)."""
     command = [sys.executable, "-m", "worker.cli", "worker", "run", "--threads", str(args.threads)]
+    if metrics_port:
+        command += ["--metrics-port", str(metrics_port)]
     if args.queues:
         command += ["--queues", *args.queues]
     return subprocess.Popen(command)  # noqa: S603 - our own CLI, no shell

@@ -26,6 +26,8 @@ from worker.generation import fence
 
 OFFLINE_MODEL = "offline-extractive"
 OFFLINE_FOOTER = "_Assembled offline without a language model: sentences quoted from the cited posts._"
+OFFLINE_NOTE = "_Written offline, without a language model._"
+"""The label of an offline reply that cites nothing (an abstention)."""
 
 
 @dataclass(frozen=True, slots=True)
