@@ -292,7 +292,7 @@ def evaluate(a: float, b: float, tops: Pairs) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.stack.modelserver.calibrate", description=__doc__)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="forum data directory")
-    parser.add_argument("--pool", type=int, default=3000, help="posts from other topics in the pool")
+    parser.add_argument("--pool", type=int, default=15000, help="posts from other topics in the pool")
     parser.add_argument("--hard", type=int, default=3, help="hard negatives per question")
     parser.add_argument("--random", type=int, default=3, help="random negatives per question")
     parser.add_argument("--seed", type=int, default=20261130)
