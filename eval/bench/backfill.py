@@ -1,8 +1,9 @@
 """``python -m eval.bench backfill [--n 425000]``: throughput of the backfill pipeline without a model.
 
 The pipeline (synthetic source → prepare → digest lookup → null embedder with fixed vectors → binary
-COPY into the staging table → upsert → checkpoint) runs over ``--n`` synthetic posts of realistic size
-into a fresh database of its own embedded PostgreSQL (``.cache/pg-bench``), then the HNSW index is
+COPY, straight into ``post_index`` for a range it does not hold yet, else staging + upsert →
+checkpoint) runs over ``--n`` synthetic posts of realistic size
+into a fresh database of its own embedded PostgreSQL (``.cache/pg-bench-backfill``), then the HNSW index is
 built. Reference, in the same run: a raw binary COPY of the same rows into a bare table (rows/s), so
 ``ratio`` says how much of the database's raw speed the whole pipeline keeps. Memory: the process's
 RSS and peak RSS sampled every 50,000 posts must stay flat in the number of posts.
@@ -174,7 +175,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    server = EmbeddedPostgres(ROOT / ".cache" / "pg-bench")
+    server = EmbeddedPostgres(ROOT / ".cache" / "pg-bench-backfill")
     admin = server.start()
     try:
         url = ensure_database(admin, DATABASE, fresh=True)
