@@ -102,6 +102,7 @@ def run_configured(
         concurrency=settings.embeddings.concurrency,
         max_tokens=settings.embeddings.max_tokens,
         progress=progress,
+        excluded_authors=bot_authors(settings),
     )
     try:
         return run_backfill(settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder))
@@ -109,3 +110,8 @@ def run_configured(
         close = getattr(source, "close", None)
         if callable(close):
             close()
+
+
+def bot_authors(settings: Settings) -> tuple[str, ...]:
+    """Usernames whose posts are never indexed: the bot (as mentioned and as it posts)."""
+    return tuple(sorted({settings.discourse.bot_username.lower(), settings.discourse.api_username.lower()}))

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from backfill.compose import bot_authors
 from backfill.embedding import embed_with_retry
 from backfill.prepare import PreparedPost, Preparer, Truncator
 from backfill.sources import SourcePost
@@ -44,6 +45,7 @@ class IndexDeps:
     conn: psycopg.Connection
     max_tokens: int = 256
     tokenizer: Any | None = None
+    excluded_authors: tuple[str, ...] = ()
 
 
 _EMBEDDERS: dict[tuple[str, str, int], Embedder] = {}
@@ -66,13 +68,15 @@ def _resolve(deps: Any) -> Iterator[IndexDeps]:
             embedder = build_embedder(settings, deps.http)
             _EMBEDDERS[key] = embedder
     with deps.pool.connection() as conn:
-        yield IndexDeps(deps.forum, embedder, conn, settings.embeddings.max_tokens)
+        yield IndexDeps(
+            deps.forum, embedder, conn, settings.embeddings.max_tokens, excluded_authors=bot_authors(settings)
+        )
 
 
 def _preparer(deps: IndexDeps) -> Preparer:
     max_tokens = int(getattr(deps.embedder, "max_tokens", 0) or deps.max_tokens)
     tokenizer = deps.tokenizer if deps.tokenizer is not None else getattr(deps.embedder, "tokenizer", None)
-    return Preparer(deps.embedder.model, Truncator(max_tokens, tokenizer))
+    return Preparer(deps.embedder.model, Truncator(max_tokens, tokenizer), deps.excluded_authors)
 
 
 def _context(conn: psycopg.Connection, category_id: int | None) -> tuple[str | None, frozenset[int]]:

@@ -33,8 +33,16 @@ class PreparedPost:
     digest: bytes
 
 
-def ineligibility(post: SourcePost, restricted: Collection[int] = ()) -> str | None:
-    """Why the post must not be in the index, or None when it may be (SPEC §3.4 recall filter)."""
+def ineligibility(
+    post: SourcePost, restricted: Collection[int] = (), excluded_authors: Collection[str] = ()
+) -> str | None:
+    """Why the post must not be in the index, or None when it may be (SPEC §3.4 recall filter).
+
+    ``excluded_authors`` (lower-case usernames: the bot itself) are never indexed, so the bot never
+    cites its own earlier replies — or its own "I don't know" — as forum evidence.
+    """
+    if post.username is not None and post.username.lower() in excluded_authors:
+        return "bot_author"
     if post.post_type != 1:
         return "post_type"
     if post.deleted or post.user_deleted:
@@ -114,13 +122,16 @@ def digest(text: str, model: str) -> bytes:
 class Preparer:
     """Turns source posts into ``PreparedPost``s (eligible) or removal reasons (ineligible)."""
 
-    def __init__(self, model: str, truncate: Callable[[str], str]) -> None:
+    def __init__(
+        self, model: str, truncate: Callable[[str], str], excluded_authors: Collection[str] = ()
+    ) -> None:
         self.model = model
         self.truncate = truncate
+        self.excluded_authors = frozenset(a.lower() for a in excluded_authors)
 
     def prepare(self, post: SourcePost, restricted: Collection[int] = ()) -> PreparedPost | str:
         """The prepared post, or the reason it is not indexed (ineligible, or no text of its own)."""
-        reason = ineligibility(post, restricted)
+        reason = ineligibility(post, restricted, self.excluded_authors)
         if reason is not None:
             return reason
         text = compose_text(post)

@@ -45,6 +45,7 @@ class BackfillOptions:
     progress: bool | None = None
     build_index: bool = True  # False leaves a dropped index missing (benchmarks; a later run builds it)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    excluded_authors: tuple[str, ...] = ()  # the bot's own replies are never indexed
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,7 @@ class _Run:
         self.sleep = sleep
         max_tokens = int(getattr(embedder, "max_tokens", 0) or options.max_tokens)
         tokenizer = tokenizer if tokenizer is not None else getattr(embedder, "tokenizer", None)
-        self.preparer = Preparer(embedder.model, Truncator(max_tokens, tokenizer))
+        self.preparer = Preparer(embedder.model, Truncator(max_tokens, tokenizer), options.excluded_authors)
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
         self.timings: dict[str, float] = dict.fromkeys(

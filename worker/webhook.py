@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 WEBHOOK_PATH = "/webhooks/discourse"
 QUESTION_EVENTS = frozenset({"post_created", "post_edited"})
-POST_REFRESH_EVENTS = frozenset({"post_edited", "post_destroyed", "post_recovered"})
+# post_created is here too: a new post is indexed as soon as it exists (the bot's own are skipped).
+POST_REFRESH_EVENTS = frozenset({"post_created", "post_edited", "post_destroyed", "post_recovered"})
 TOPIC_REFRESH_EVENTS = frozenset({"topic_edited"})
 MIN_SECRET_CHARS = 12
 

@@ -128,3 +128,10 @@ def test_digest_changes_with_text_and_model_only() -> None:
     assert first.digest == again.digest  # metadata without text change: same digest
     assert preparer.prepare(make_post(1, hidden=True)) == "hidden"
     assert preparer.prepare(make_post(1, cooked=QUOTE)) == "empty"
+
+
+def test_the_bots_own_posts_are_never_indexed() -> None:
+    bot_post = dataclasses.replace(make_post(1), username="CiteBot")
+    preparer = Preparer("m", lambda t: t, excluded_authors=("citebot",))
+    assert preparer.prepare(bot_post) == "bot_author"
+    assert not isinstance(preparer.prepare(dataclasses.replace(bot_post, username="alice")), str)
