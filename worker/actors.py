@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any, TypeVar
 
 import dramatiq
@@ -35,6 +36,7 @@ from worker.settings import LimitsSettings
 
 log = logging.getLogger(__name__)
 
+BACKFILL_TIME_LIMIT_MS = 6 * 3600 * 1000
 QUESTIONS_QUEUE = "questions"
 INDEX_QUEUE = "index"
 MAINTENANCE_QUEUE = "maintenance"
@@ -53,6 +55,7 @@ class Actors:
     poll_notifications: dramatiq.Actor[Any, None]
     refresh_post: dramatiq.Actor[Any, None]
     refresh_topic: dramatiq.Actor[Any, None]
+    backfill_tick: dramatiq.Actor[Any, None]
 
 
 def retry_policy(limits: LimitsSettings) -> Callable[[int, BaseException], bool]:
@@ -114,7 +117,18 @@ def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limi
             return
         honour_retry_after(limits, lambda: module.refresh_topic(runtime(), topic_id, event))
 
-    return Actors(answer_question, poll_notifications, refresh_post, refresh_topic)
+    # A scheduled incremental backfill (`citebot backfill --enqueue` from cron): unchanged posts are
+    # skipped by digest, so a tick costs reading the source. Hours, not the default 10-minute limit.
+    @dramatiq.actor(queue_name=MAINTENANCE_QUEUE, time_limit=BACKFILL_TIME_LIMIT_MS, **options)
+    def backfill_tick(kind: str, path: str | None = None, source_url: str | None = None) -> None:
+        from backfill.compose import run_configured
+
+        summary = run_configured(
+            runtime().settings, kind, path=Path(path) if path else None, source_url=source_url
+        )
+        log.info("scheduled backfill: %s", summary.line())
+
+    return Actors(answer_question, poll_notifications, refresh_post, refresh_topic, backfill_tick)
 
 
 def handle_question(rt: Runtime, post_id: int, topic_id: int, version: int, source: str) -> None:

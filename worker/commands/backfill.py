@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 
 from worker.commands.common import settings_from
+from worker.settings import Settings
 
 NAME = "backfill"
 HELP = "fill or refresh the post index (resumable; see docs/backfill.md)"
@@ -36,6 +37,11 @@ def register(group: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--progress", choices=("auto", "bar", "log"), default="auto", help="progress bar or log lines"
     )
+    group.add_argument(
+        "--enqueue",
+        action="store_true",
+        help="send the run to the workers (actor backfill_tick) instead of running it here; for cron",
+    )
     group.set_defaults(handler=_backfill)
 
 
@@ -46,6 +52,8 @@ def _backfill(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         print("citebot: --limit must be at least 1", file=sys.stderr)
         return 2
+    if args.enqueue:
+        return _enqueue(settings, args)
     # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -65,6 +73,32 @@ def _backfill(args: argparse.Namespace) -> int:
         print(json.dumps(summary.as_dict()))
     else:
         print(summary.line())
+    return 0
+
+
+def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
+    """Send one ``backfill_tick`` message; a worker runs it (one per source at a time: advisory lock)."""
+    from worker.actors import declare_actors
+    from worker.broker import build_broker
+    from worker.runtime import Runtime
+
+    if args.reindex or args.limit is not None:
+        print(
+            "citebot: --enqueue runs a plain incremental backfill (no --reindex or --limit)", file=sys.stderr
+        )
+        return 2
+
+    def no_runtime() -> Runtime:
+        raise RuntimeError("this process only enqueues")
+
+    broker = build_broker(settings.redis, settings.limits)
+    try:
+        actors = declare_actors(broker, no_runtime, settings.limits)
+        path = str(args.path.resolve()) if args.path else None
+        actors.backfill_tick.send(args.source, path, args.database_url_source)
+    finally:
+        broker.close()
+    print(f"enqueued a backfill of source {args.source!r}")
     return 0
 
 
