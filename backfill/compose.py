@@ -6,6 +6,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from backfill.sources import PostSource
 
 if TYPE_CHECKING:
@@ -43,17 +45,16 @@ def build_source(
     raise ConfigError(f"unknown source {kind!r}: choose db, api or file")
 
 
-def build_embedder(settings: Settings) -> Embedder:
-    """The configured embedder (``worker.clients.embeddings``); a local model is loaded from disk."""
-    import httpx
+def build_embedder(settings: Settings, http: httpx.Client | None = None) -> Embedder:
+    """The configured embedder (``worker.clients.embeddings``); a local model is loaded from disk.
 
+    HTTP providers use ``http``, which the caller owns and closes; without one they get a client of
+    their own that lives as long as the process (scripts, the eval).
+    """
     from worker.clients.embeddings import build_embedder as build
 
-    http = (
-        None
-        if settings.embeddings.provider == "local"
-        else httpx.Client(timeout=settings.embeddings.timeout_s)
-    )
+    if http is None and settings.embeddings.provider != "local":
+        http = httpx.Client(timeout=settings.embeddings.timeout_s)
     return build(settings, http)
 
 
@@ -93,7 +94,12 @@ def run_configured(
     from backfill.run import BackfillOptions, run_backfill
 
     source = build_source(kind, settings, path=path, source_url=source_url)
-    embedder = build_embedder(settings)
+    http = (
+        None
+        if settings.embeddings.provider == "local"
+        else httpx.Client(timeout=settings.embeddings.timeout_s)
+    )
+    embedder = build_embedder(settings, http)
     options = BackfillOptions(
         reindex=reindex,
         limit=limit,
@@ -107,6 +113,8 @@ def run_configured(
     try:
         return run_backfill(settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder))
     finally:
+        if http is not None:
+            http.close()
         close = getattr(source, "close", None)
         if callable(close):
             close()
