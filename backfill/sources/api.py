@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from backfill.sources import SourceBatch, SourcePost
-from backfill.sources.file import tag_names
+from backfill.sources.discourse_json import source_post
 from worker.clients.discourse import map_error
 from worker.errors import ServiceUnavailableError, TransientError
 from worker.settings import DiscourseSettings
@@ -92,28 +92,8 @@ class ApiSource:
         name, restricted = (
             self._site_categories().get(int(category_id), (None, False)) if category_id else (None, False)
         )
-        return SourcePost(
-            post_id=int(p["id"]),
-            topic_id=int(p["topic_id"]),
-            post_number=int(p["post_number"]),
-            topic_slug=str(p.get("topic_slug") or topic.get("slug") or ""),
-            topic_title=str(p.get("topic_title") or topic.get("title") or ""),
-            category_id=int(category_id) if category_id is not None else None,
-            category_name=name,
-            tags=tag_names(topic.get("tags")),
-            cooked=str(p.get("cooked") or ""),
-            raw=p.get("raw"),
-            post_type=int(p.get("post_type") or 1),
-            hidden=bool(p.get("hidden")),
-            deleted=p.get("deleted_at") is not None,
-            user_deleted=bool(p.get("user_deleted")),
-            archetype=str(topic.get("archetype") or "regular"),
-            topic_visible=bool(topic.get("visible", True)),
-            topic_deleted=topic.get("deleted_at") is not None,
-            category_read_restricted=restricted,
-            username=p.get("username"),
-            updated_at=p.get("updated_at"),
-            reply_to_post_number=p.get("reply_to_post_number"),
+        return source_post(
+            p, topic, category_id=category_id, category_name=name, restricted=restricted, raw=p.get("raw")
         )
 
     def _topic(self, topic_id: int) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from backfill.sources import SourceBatch, SourcePost
+from backfill.sources.discourse_json import source_post
 from worker.errors import ConfigError
 
 _RAW_SPLIT = re.compile(r"\n-{10,}\n")
@@ -95,28 +96,13 @@ class FileSource:
         name, restricted = (None, False)
         if self._categories is not None and category_id is not None:
             name, restricted = self._categories.get(int(category_id), (None, False))
-        return SourcePost(
-            post_id=post_id,
-            topic_id=int(topic["id"]),
-            post_number=int(p["post_number"]),
-            topic_slug=str(topic.get("slug") or ""),
-            topic_title=str(topic.get("title") or ""),
-            category_id=int(category_id) if category_id is not None else None,
+        return source_post(
+            p,
+            topic,
+            category_id=category_id,
             category_name=name,
-            tags=tag_names(topic.get("tags")),
-            cooked=str(p.get("cooked") or ""),
+            restricted=restricted,
             raw=topic["_raw"].get(int(p["post_number"])),
-            post_type=int(p.get("post_type") or 1),
-            hidden=bool(p.get("hidden")),
-            deleted=p.get("deleted_at") is not None,
-            user_deleted=bool(p.get("user_deleted")),
-            archetype=str(topic.get("archetype") or "regular"),
-            topic_visible=bool(topic.get("visible", True)),
-            topic_deleted=topic.get("deleted_at") is not None,
-            category_read_restricted=restricted,
-            username=p.get("username"),
-            updated_at=p.get("updated_at"),
-            reply_to_post_number=p.get("reply_to_post_number"),
         )
 
     def _load_raw(self, topic_id: int) -> dict[int, str]:
@@ -143,14 +129,6 @@ def parse_raw(text: str) -> dict[int, str]:
         if m:
             out[int(m.group(1))] = section[m.end() :].strip()
     return out
-
-
-def tag_names(tags: object) -> tuple[str, ...]:
-    """Tags as plain names (Discourse sends strings, or ``{"name": …}`` objects since 3.2)."""
-    if not isinstance(tags, list):
-        return ()
-    names = [t.get("name") if isinstance(t, dict) else t for t in tags]
-    return tuple(str(n) for n in names if n)
 
 
 def _read_json(file: Path) -> dict[str, Any]:
