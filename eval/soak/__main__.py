@@ -1,0 +1,5 @@
+"""``python -m eval.soak``."""
+
+from eval.soak.run import main
+
+raise SystemExit(main())
