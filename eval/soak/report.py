@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from eval.soak.workload import Asked, FaultRecord, replied_posts
+from eval.soak.workload import FAULT_NAMES, Asked, FaultRecord, replied_posts
 
 OPEN_STATES = ("queued", "retrieved", "generated")
 
@@ -195,7 +195,12 @@ def render(report: dict[str, Any]) -> str:
 
 def save(report: dict[str, Any], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"soak-{report['questions']}-{report['faults_on'].replace(',', '+')}.json"
+    faults = (
+        "all"
+        if report["faults_on"] == ",".join(sorted(FAULT_NAMES))
+        else report["faults_on"].replace(",", "+")
+    )
+    path = out / f"soak-{report['questions']}-{faults}.json"
     path.write_text(json.dumps(report, indent=1, sort_keys=True), "utf-8")
     (out / path.name.replace(".json", ".md")).write_text(render(report) + "\n", "utf-8")
     return path
