@@ -76,7 +76,7 @@ class Outcome:
             "config": self.config,
             "answerable": self.answerable,
             "tags": list(self.tags),
-            **{k: v for k, v in self.metrics.items()},
+            **{k: round(v, 4) for k, v in self.metrics.items()},
             "topic_rank": self.topic_rank,
             "post_rank": self.post_rank,
             "top_logit": None if self.top_logit is None else round(self.top_logit, 4),

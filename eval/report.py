@@ -71,7 +71,16 @@ def abstention_table(abstention: Mapping[str, Mapping[str, float]]) -> str:
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    """Indented JSON, except ``per_question`` (and ``probes.probes``) rows: one compact row a line."""
+    rows_key = "per_question"
+    if isinstance(data, dict) and isinstance(data.get(rows_key), list):
+        head = {k: v for k, v in data.items() if k != rows_key}
+        text = json.dumps(head, indent=1, ensure_ascii=False)
+        rows = ",\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in data[rows_key])
+        text = text[: text.rindex("}")].rstrip() + f',\n "{rows_key}": [\n{rows}\n ]\n}}'
+    else:
+        text = json.dumps(data, indent=1, ensure_ascii=False)
+    path.write_text(text + "\n", encoding="utf-8")
 
 
 def _pyplot() -> Any:

@@ -117,6 +117,7 @@ def test_report_renders_the_table_and_the_plots(tmp_path: Path) -> None:
     assert names == ["configs.png", "latency.png", "report.md", "results.json", "zones.png"]
     for png in tmp_path.glob("*.png"):
         assert png.read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "results.json").read_text()) == results
     md = (tmp_path / "report.md").read_text()
     assert "| posts | 2 | 0.500 | 0.500 |" in md
     assert "![zones.png](zones.png)" in md
