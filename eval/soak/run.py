@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         say(f"stack up in {time.monotonic() - started:.0f} s; asking {args.questions} questions")
         members = Members(stack, args.seed)
         members.join()
-        plan = FaultPlan(stack, args.faults, asked, args.questions, args.out)
+        plan = FaultPlan(stack, args.faults, asked, args.questions)
         plan.start()
         ask_all(stack, members, asked, args.questions, args.rate)
         say(f"all {len(asked)} asked; waiting for the fault schedule to finish")

@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import psycopg
@@ -146,12 +145,11 @@ def queued_messages(redis_url: str) -> int:
 class FaultPlan:
     """Faults fired when the share of questions asked passes their mark, one at a time, in a thread."""
 
-    def __init__(self, stack: SoakStack, names: set[str], asked: list[Asked], total: int, out: Path) -> None:
+    def __init__(self, stack: SoakStack, names: set[str], asked: list[Asked], total: int) -> None:
         self.stack = stack
         self.names = names
         self.asked = asked
         self.total = total
-        self.out = out
         self.records: list[FaultRecord] = []
         self.errors: list[str] = []
         self.steps: list[tuple[float, str, Callable[[], str]]] = [
