@@ -30,9 +30,10 @@ DATA = next(
 )
 ANSWERABLE, OUT_OF_DOMAIN, DISTRACTORS = 24, 6, 20
 
-# Measured when written (24 + 6 questions, 44 topics): see docs/eval.md.
+# Measured when written (24 + 6 questions, 44 topics, 379 posts): legacy topic hit@5 0.083; posts
+# topic hit@5 1.0, post hit@5 0.83, recall@25 1.0; full pipeline 1.0 / 0.79 / 1.0.
 FLOORS = {
-    "legacy": {"topic_hit@5": 0.0},
+    "legacy": {"topic_hit@5": 0.04},  # at least one hit: the keyword channel answers at all
     "posts": {"topic_hit@5": 0.8, "recall@25": 0.8},
     "posts+keyword+rerank": {"topic_hit@5": 0.8, "post_hit@5": 0.5, "recall@25": 0.8},
 }
