@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,19 +60,28 @@ def build_embedder(settings: Settings, http: httpx.Client | None = None) -> Embe
 
 
 def find_tokenizer(embedder: Embedder) -> Any | None:
-    """The model's own tokenizer when the embedder exposes it or its local files, for exact truncation."""
-    tokenizer = getattr(embedder, "tokenizer", None)
-    if tokenizer is not None:
-        return tokenizer
+    """A tokenizer of the embedding model for exact truncation, or None (the character heuristic).
+
+    The preparer runs in the reading thread while other threads embed, and a fast tokenizer's padding
+    state is per instance: it must never share the embedder's own. So it is loaded afresh from the
+    model's files when they are local, and otherwise copied from the embedder.
+    """
     path = getattr(embedder, "path", None)
-    if path is None or not (Path(path) / "tokenizer.json").is_file():
+    if path is not None and (Path(path) / "tokenizer.json").is_file():
+        try:
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(str(path))
+        except Exception as exc:  # an unusable tokenizer falls back to the documented heuristic
+            log.warning("no tokenizer from %s (%s); truncating by characters", path, type(exc).__name__)
+            return None
+    shared = getattr(embedder, "tokenizer", None)
+    if shared is None:
         return None
     try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(path))
-    except Exception as exc:  # an unusable tokenizer falls back to the documented heuristic
-        log.warning("no tokenizer from %s (%s); truncating by characters", path, type(exc).__name__)
+        return copy.deepcopy(shared)
+    except Exception as exc:
+        log.warning("cannot copy the embedder's tokenizer (%s); truncating by characters", type(exc).__name__)
         return None
 
 

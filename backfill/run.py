@@ -109,7 +109,8 @@ class _Run:
         self.restricted = restricted
         self.sleep = sleep
         max_tokens = int(getattr(embedder, "max_tokens", 0) or options.max_tokens)
-        tokenizer = tokenizer if tokenizer is not None else getattr(embedder, "tokenizer", None)
+        # Never the embedder's own tokenizer: preparation runs beside the embedding threads, and a fast
+        # tokenizer is not safe to share (backfill.compose.find_tokenizer gives a private one).
         self.preparer = Preparer(embedder.model, Truncator(max_tokens, tokenizer), options.excluded_authors)
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
