@@ -135,3 +135,19 @@ def test_the_bots_own_posts_are_never_indexed() -> None:
     preparer = Preparer("m", lambda t: t, excluded_authors=("citebot",))
     assert preparer.prepare(bot_post) == "bot_author"
     assert not isinstance(preparer.prepare(dataclasses.replace(bot_post, username="alice")), str)
+
+
+def test_the_preparer_gets_a_tokenizer_of_its_own() -> None:
+    from backfill.compose import find_tokenizer
+
+    class Tok:
+        def __init__(self) -> None:
+            self.padding = {"length": 8}
+
+    class WithTokenizer:
+        tokenizer = Tok()
+
+    mine = find_tokenizer(WithTokenizer())  # type: ignore[arg-type]
+    assert isinstance(mine, Tok)
+    assert mine is not WithTokenizer.tokenizer
+    assert mine.padding is not WithTokenizer.tokenizer.padding  # no shared state with the embedder
