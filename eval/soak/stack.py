@@ -101,6 +101,8 @@ class SoakStack:
         # (post ids are reused) would turn this run's deliveries into "duplicates".
         for old in (self.cache / "soak").glob("redis-*"):
             shutil.rmtree(old, ignore_errors=True)
+        for log in self.logs.glob("*.log"):  # only this run's logs in the folder
+            log.unlink()
         server = self.pg.start()
         self.db_url = ensure_database(server, "citebot_soak", fresh=True)
         self.forum_db_url = ensure_database(self.forum_pg.start(), "citebot_soak_forum", fresh=True)
