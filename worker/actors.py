@@ -161,6 +161,7 @@ def run_poll(rt: Runtime, enqueue: Callable[[int, int, int], None]) -> PollRepor
             namespace=s.redis.namespace,
             lookback_s=s.limits.poll_lookback_s,
             dedupe_ttl_s=s.limits.webhook_dedupe_ttl_s,
+            stale_after_s=s.limits.poll_stale_after_s,
         )
 
 

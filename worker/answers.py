@@ -93,19 +93,26 @@ def existing(conn: psycopg.Connection[Any], post_ids: Collection[int]) -> set[in
     return {int(r[0]) for r in rows}
 
 
-def stale_queued(conn: psycopg.Connection[Any], post_ids: Collection[int], older_than_s: float) -> list[int]:
-    """Of ``post_ids``, the rows still ``queued`` and untouched for ``older_than_s``, touched now.
+def claim_stale(
+    conn: psycopg.Connection[Any], older_than_s: float, newer_than_s: float, limit: int = 100
+) -> list[tuple[int, int, int]]:
+    """Open rows (``queued``, ``retrieved``, ``generated``) untouched for ``older_than_s`` but created
+    within ``newer_than_s``, touched now; returns ``(post_id, topic_id, version)`` of each.
 
-    The conditional UPDATE marks them, so of two pollers only one re-sends a given row per period.
+    Such a row has lost its message (a Redis restart without persistence, a delayed retry gone with
+    it). The conditional UPDATE marks the rows, so of two pollers only one re-sends a given row per
+    period; a message sent twice anyway is harmless, since the pipeline locks and checks the state.
     """
-    if not post_ids:
-        return []
     rows = conn.execute(
-        "UPDATE answers SET updated_at = now() WHERE post_id = ANY(%s) AND state = 'queued'"
-        " AND updated_at < now() - make_interval(secs => %s) RETURNING post_id",
-        (list(post_ids), float(older_than_s)),
+        "UPDATE answers SET updated_at = now() WHERE post_id IN ("
+        " SELECT post_id FROM answers WHERE state IN ('queued', 'retrieved', 'generated')"
+        " AND updated_at < now() - make_interval(secs => %s)"
+        " AND created_at > now() - make_interval(secs => %s)"
+        " ORDER BY updated_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+        " RETURNING post_id, topic_id, coalesce(post_version, 1)",
+        (float(older_than_s), float(newer_than_s), int(limit)),
     ).fetchall()
-    return sorted(int(r[0]) for r in rows)
+    return sorted((int(r[0]), int(r[1]), int(r[2])) for r in rows)
 
 
 def transition(

@@ -29,11 +29,6 @@ log = logging.getLogger(__name__)
 
 POLLED_KINDS = frozenset({"mentioned", "replied"})
 ENQUEUED_BY = "poller"
-# A row still ``queued`` this long after its last touch has lost its message (a Redis restart between
-# the claim and the job); the poller sends it again. Longer than the retry backoff cap (5 min), so a
-# message waiting for its retry is not duplicated in the normal case; a duplicate would be harmless
-# anyway, since every state move is a conditional UPDATE.
-STALE_AFTER_S = 900
 
 
 class NotificationSource(Protocol):
@@ -68,7 +63,7 @@ def poll_once(
     namespace: str,
     lookback_s: int,
     dedupe_ttl_s: int,
-    stale_after_s: float = STALE_AFTER_S,
+    stale_after_s: float,
     now: datetime | None = None,
 ) -> PollReport:
     """One pass over the bot's notifications; returns what it did."""
@@ -86,7 +81,7 @@ def poll_once(
         candidates.setdefault(note.post_id, note)
     have = answers.existing(conn, candidates.keys())
     conn.commit()
-    resent = _resend_stale(conn, enqueue, [candidates[p] for p in have], stale_after_s)
+    resent = _resend_stale(conn, enqueue, stale_after_s, lookback_s)
     counts = {"in_flight": 0, "not_addressed": 0, "enqueued": 0}
     for post_id in sorted(candidates.keys() - have):
         counts[_catch_up(forum, conn, redis, enqueue, post_id, bot, namespace, dedupe_ttl_s)] += 1
@@ -97,22 +92,20 @@ def poll_once(
 
 
 def _resend_stale(
-    conn: psycopg.Connection[Any], enqueue: Enqueue, notes: list[Notification], older_than_s: float
+    conn: psycopg.Connection[Any], enqueue: Enqueue, older_than_s: float, lookback_s: int
 ) -> int:
-    """Send again the questions whose row has sat in ``queued`` for too long (their message was lost)."""
-    by_post = {n.post_id: n for n in notes if n.post_id is not None}
+    """Send again every recent open question whose row has not moved for ``older_than_s``.
+
+    Rows come from ``answers`` itself, not from the notification page just read, so a question whose
+    message was lost is found however many notifications have arrived since.
+    """
     sent = 0
-    for post_id in sorted(by_post):
-        with conn.transaction():
-            if not answers.stale_queued(conn, [post_id], older_than_s):
-                continue
-            row = answers.get(conn, post_id)
-            if row is None:  # pragma: no cover - just touched
-                continue
-            enqueue(post_id, row.topic_id, row.post_version or 1)
+    with conn.transaction():
+        for post_id, topic_id, version in answers.claim_stale(conn, older_than_s, lookback_s):
+            enqueue(post_id, topic_id, version)
             sent += 1
     if sent:
-        log.warning("poller re-sent %d question(s) stuck in queued", sent)
+        log.warning("poller re-sent %d question(s) whose message was lost", sent)
     return sent
 
 

@@ -193,6 +193,12 @@ class LimitsSettings(BaseModel):
     webhook_max_body_bytes: int = Field(1_048_576, ge=1024, description="Larger webhook bodies get 413.")
     webhook_dedupe_ttl_s: int = Field(86_400, ge=60, description="Lifetime of webhook dedupe keys.")
     poll_lookback_s: int = Field(3_600, ge=60, description="How far back the catch-up poller looks.")
+    poll_stale_after_s: int = Field(
+        600,
+        ge=30,
+        description="An open answer untouched this long has lost its message; the poller re-sends it "
+        "(keep it above max_backoff_s).",
+    )
 
 
 class Settings(BaseSettings):

@@ -65,6 +65,7 @@ def run(forum: FakeForum, conn: psycopg.Connection, r: redis_lib.Redis, sent: li
         namespace=REDIS_NAMESPACE,
         lookback_s=3600,
         dedupe_ttl_s=600,
+        stale_after_s=900,
         now=NOW,
     )
 
@@ -122,6 +123,7 @@ def test_failed_enqueue_leaves_no_row_and_no_key(db_url: str, redis_url: str) ->
                 namespace=REDIS_NAMESPACE,
                 lookback_s=3600,
                 dedupe_ttl_s=600,
+                stale_after_s=900,
                 now=NOW,
             )
         assert answers.get(conn, 301) is None
@@ -130,21 +132,24 @@ def test_failed_enqueue_leaves_no_row_and_no_key(db_url: str, redis_url: str) ->
         assert run(forum, conn, r, sent).enqueued == 1
 
 
-def test_rows_stuck_in_queued_are_resent_once_per_period(db_url: str, redis_url: str) -> None:
+def test_rows_whose_message_was_lost_are_resent_once_per_period(db_url: str, redis_url: str) -> None:
+    # No notification names them any more (they scrolled off the page): the rows themselves are read.
     forum = FakeForum()
-    forum.add(401, "@citebot lost after the claim")
-    forum.add(402, "@citebot already answered")
-    forum.add(403, "@citebot recently queued")
     r = redis_lib.Redis.from_url(redis_url)
     sent: list[tuple[int, int, int]] = []
     with psycopg.connect(db_url) as conn:
-        for post_id in (401, 402, 403):
+        for post_id in (401, 402, 403, 404, 405):
             answers.claim(conn, post_id, 9, 1, 3, 4, "alice", "webhook")
         answers.transition(conn, 402, ["queued"], "posted")
-        conn.execute("UPDATE answers SET updated_at = now() - interval '1 hour' WHERE post_id IN (401, 402)")
+        answers.transition(conn, 404, ["queued"], "retrieved")  # its delayed retry was lost too
+        conn.execute(
+            "UPDATE answers SET updated_at = now() - interval '1 hour' WHERE post_id IN (401, 402, 404, 405)"
+        )
+        # 405 is older than the look-back: the poller leaves it alone.
+        conn.execute("UPDATE answers SET created_at = now() - interval '1 day' WHERE post_id = 405")
         conn.commit()
         report = run(forum, conn, r, sent)
-        assert (report.resent, report.enqueued, sent) == (1, 0, [(401, 9, 3)])
+        assert (report.resent, report.enqueued, sent) == (2, 0, [(401, 9, 3), (404, 9, 3)])
         again = run(forum, conn, r, sent)
         assert again.resent == 0
-    assert sent == [(401, 9, 3)]
+    assert sent == [(401, 9, 3), (404, 9, 3)]

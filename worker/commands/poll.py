@@ -18,6 +18,15 @@ def register(group: argparse.ArgumentParser) -> None:
     group.set_defaults(handler=_poll)
 
 
+def _outages() -> tuple[type[BaseException], ...]:
+    import dramatiq.errors
+    import psycopg
+    import psycopg_pool
+    import redis
+
+    return (redis.RedisError, psycopg.Error, psycopg_pool.PoolTimeout, dramatiq.errors.BrokerError, OSError)
+
+
 def _poll(args: argparse.Namespace) -> int:
     from worker.actors import declare_actors, run_poll
     from worker.broker import build_broker
@@ -26,6 +35,7 @@ def _poll(args: argparse.Namespace) -> int:
     from worker.runtime import RuntimeProvider
 
     settings = settings_from(args)
+    outages: tuple[type[BaseException], ...] = (TransientError, *_outages())
     broker = build_broker(settings.redis, settings.limits)
     provider = RuntimeProvider(settings)
     actors = declare_actors(broker, provider, settings.limits)
@@ -44,10 +54,11 @@ def _poll(args: argparse.Namespace) -> int:
                     f"enqueued {report.enqueued}",
                     flush=True,
                 )
-            except TransientError as exc:
+            except outages as exc:
+                # Redis or PostgreSQL restarting, the forum down: the next pass tries again.
                 if args.once:
                     raise
-                log.warning("poll failed, will retry: %s", exc)
+                log.warning("poll failed, will retry: %s: %s", type(exc).__name__, exc)
             if args.once:
                 return 0
             time.sleep(args.interval)

@@ -53,6 +53,8 @@ def open_pool(
         max_size=max_size or settings.pool_size,
         kwargs={"connect_timeout": max(1, int(settings.connect_timeout_s))},
         configure=configure_connection,
+        # A connection broken by a PostgreSQL restart is replaced at checkout instead of failing a job.
+        check=ConnectionPool.check_connection,
         open=False,
     )
     try:
