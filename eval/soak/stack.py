@@ -199,6 +199,8 @@ class SoakStack:
             "CITEBOT_LIMITS__MAX_RETRIES": str(self.o.max_retries),
             "CITEBOT_LIMITS__MIN_BACKOFF_S": "0.5",
             "CITEBOT_LIMITS__MAX_BACKOFF_S": "5",
+            # Above MAX_BACKOFF_S: a row untouched this long has lost its message; the poller re-sends it.
+            "CITEBOT_LIMITS__POLL_STALE_AFTER_S": "30",
         }
 
     def admin_headers(self) -> dict[str, str]:
