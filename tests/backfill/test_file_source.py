@@ -13,7 +13,7 @@ import pytest
 from backfill.embedders import NullEmbedder
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.file import FileSource, parse_raw
-from tests.services import ROOT
+from tests.services import ROOT, unavailable
 from worker.errors import ConfigError
 from worker.settings import DatabaseSettings
 
@@ -26,7 +26,7 @@ TOPICS = (100, 1000, 1036)  # 37 + 3 + 93 posts; 1036 holds a "posts were split"
 @pytest.fixture
 def export(tmp_path: Path) -> Path:
     if not (ARCHIVE / "topics").is_dir():
-        pytest.skip("the Urho3D archive is not on this machine")
+        unavailable("data", "the Urho3D archive is not on this machine")
     (tmp_path / "topics").mkdir()
     (tmp_path / "raw").mkdir()
     for tid in TOPICS:

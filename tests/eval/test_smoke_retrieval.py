@@ -20,6 +20,7 @@ from eval.runner import RetrievalRun, run_retrieval
 from eval.sample import make_sample_export
 from eval.services import export_key
 from eval.stack.postgres import drop_database
+from tests.services import unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -44,7 +45,7 @@ def data() -> Path:
     if DATA is None:
         if os.environ.get("CI"):
             pytest.fail("the Urho3D archive (../shared/data/urho3d) is missing on CI")
-        pytest.skip("the Urho3D archive (../shared/data/urho3d) is not on this machine")
+        unavailable("data", "the Urho3D archive (../shared/data/urho3d) is not on this machine")
     return DATA
 
 

@@ -20,6 +20,7 @@ from pgvector.psycopg import register_vector
 
 from eval.stack.postgres import drop_database, ensure_database
 from tests.conftest import make_settings
+from tests.services import unavailable
 from tests.worker.retrieval.doubles import CannedSearch, insert_post
 from worker.db.migrate import migrate
 from worker.domain import EmbedKind
@@ -72,7 +73,7 @@ def load_topic(topic_id: int) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def sample(pg_server: str) -> Iterator[dict[str, Any]]:
     if not DATA.is_dir():
-        pytest.skip("the Urho3D forum sample is not on this machine")
+        unavailable("data", "the Urho3D forum sample is not on this machine")
     questions = [
         json.loads(line)
         for line in (DATA / "eval" / "questions-dev.jsonl").read_text("utf-8").splitlines()[:QUESTIONS]
