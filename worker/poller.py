@@ -34,7 +34,7 @@ ENQUEUED_BY = "poller"
 class NotificationSource(Protocol):
     """The part of the forum the poller reads (``DiscourseClient`` satisfies it)."""
 
-    def get_notifications(self) -> list[Notification]: ...
+    def get_notifications(self, *, offset: int = 0) -> list[Notification]: ...
 
     def get_post(self, post_id: int) -> ForumPost: ...
 
@@ -71,7 +71,7 @@ def poll_once(
     kinds = POLLED_KINDS | ({"private_message"} if bot.answer_pms else set())
     candidates: dict[int, Notification] = {}
     too_old = 0
-    notes = forum.get_notifications()
+    notes = _recent_notifications(forum, cutoff)
     for note in notes:
         if note.kind not in kinds or note.post_id is None:
             continue
@@ -89,6 +89,22 @@ def poll_once(
     if report.enqueued:
         log.info("poller enqueued %d missed question(s)", report.enqueued)
     return report
+
+
+# Pages read back per pass at most (60 notifications each): a bound on one pass, not on the look-back.
+MAX_PAGES = 20
+
+
+def _recent_notifications(forum: NotificationSource, cutoff: datetime) -> list[Notification]:
+    """Notifications newer than ``cutoff``, paging back, so a poller that was down for a while (or a
+    burst of more than one page) still finds every question of the look-back."""
+    notes: list[Notification] = []
+    for _ in range(MAX_PAGES):
+        page = forum.get_notifications(offset=len(notes))
+        notes.extend(page)
+        if not page or _parse_time(page[-1].created_at) < cutoff:
+            break
+    return notes
 
 
 def _resend_stale(

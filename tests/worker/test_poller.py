@@ -46,8 +46,10 @@ class FakeForum:
         )
         self.posts[post_id] = dataclasses.replace(base, **fields)  # type: ignore[arg-type]
 
-    def get_notifications(self) -> list[Notification]:
-        return list(self.notes)
+    def get_notifications(self, *, offset: int = 0) -> list[Notification]:
+        # Newest first, 60 a page, like Discourse.
+        newest_first = sorted(self.notes, key=lambda n: n.id, reverse=True)
+        return newest_first[offset : offset + 60]
 
     def get_post(self, post_id: int) -> ForumPost:
         if post_id not in self.posts:
@@ -153,3 +155,20 @@ def test_rows_whose_message_was_lost_are_resent_once_per_period(db_url: str, red
         again = run(forum, conn, r, sent)
         assert again.resent == 0
     assert sent == [(401, 9, 3), (404, 9, 3)]
+
+
+def test_poller_pages_back_through_the_look_back(db_url: str, redis_url: str) -> None:
+    # 150 newer notifications (already answered) bury a missed question on the third page.
+    forum = FakeForum()
+    forum.add(500, "@citebot buried question")
+    for post_id in range(501, 651):
+        forum.add(post_id, f"@citebot question {post_id}")
+    r = redis_lib.Redis.from_url(redis_url)
+    sent: list[tuple[int, int, int]] = []
+    with psycopg.connect(db_url) as conn:
+        for post_id in range(501, 651):
+            answers.claim(conn, post_id, 9, 1, 1, 4, "alice", "webhook")
+        conn.commit()
+        report = run(forum, conn, r, sent)
+    assert report.seen == 151
+    assert [p for p, _, _ in sent] == [500]

@@ -118,9 +118,10 @@ class DiscourseClient:
                 break
         return hits
 
-    def get_notifications(self) -> list[Notification]:
-        """``GET /notifications.json`` as the API user: its mentions, replies and PMs, newest first."""
-        data = self._request("GET", "/notifications.json")
+    def get_notifications(self, *, offset: int = 0) -> list[Notification]:
+        """``GET /notifications.json`` as the API user: one page of its notifications, newest first;
+        ``offset`` pages back (Discourse serves 60 a page)."""
+        data = self._request("GET", "/notifications.json", params={"offset": offset} if offset else None)
         out: list[Notification] = []
         for item in data.get("notifications") or []:
             extra = item.get("data") or {}

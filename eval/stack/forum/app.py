@@ -203,13 +203,17 @@ class ForumApp:
             return user
         if user is None:
             return invalid_access()
-        rows = await run_in_threadpool(self.store.notifications, user.id)
+        try:
+            offset = max(0, int(request.query_params.get("offset", "0")))
+        except ValueError:
+            return error(400, "offset must be an integer", "invalid_parameters")
+        rows = await run_in_threadpool(self.store.notifications, user.id, 60, offset)
         return JSONResponse(
             {
                 "notifications": [notification_json(r) for r in rows],
                 "total_rows_notifications": len(rows),
                 "seen_notification_id": rows[0]["id"] if rows else None,
-                "load_more_notifications": "/notifications?offset=60",
+                "load_more_notifications": f"/notifications?offset={offset + 60}",
             }
         )
 

@@ -234,12 +234,12 @@ class ForumStore:
             ),
         )
 
-    def notifications(self, user_id: int, limit: int = 60) -> list[Row]:
+    def notifications(self, user_id: int, limit: int = 60, offset: int = 0) -> list[Row]:
         with self.connection() as conn:
             return conn.execute(
                 "SELECT n.*, t.slug FROM forum.notifications n JOIN forum.topics t ON t.id = n.topic_id"
-                " WHERE n.user_id = %s ORDER BY n.id DESC LIMIT %s",
-                (user_id, limit),
+                " WHERE n.user_id = %s ORDER BY n.id DESC LIMIT %s OFFSET %s",
+                (user_id, limit, max(0, offset)),
             ).fetchall()
 
     def users_by_names(self, conn: psycopg.Connection[Row], names: Sequence[str]) -> list[User]:

@@ -179,6 +179,15 @@ def test_notifications_map_types(client: DiscourseClient) -> None:
 
 
 @respx.mock
+def test_notifications_page_back_with_offset(client: DiscourseClient) -> None:
+    route = respx.get(f"{BASE}/notifications.json", params={"offset": "60"}).respond(
+        json={"notifications": []}
+    )
+    assert client.get_notifications(offset=60) == []
+    assert route.called
+
+
+@respx.mock
 @pytest.mark.parametrize(
     ("headers", "body", "expected"),
     [
