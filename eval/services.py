@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from eval.stack.forum.thread import ForumThread
 from worker.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -42,36 +41,6 @@ class Endpoints:
 def export_key(export: Path) -> str:
     """A short stable name for an export folder (one index and one forum database per export)."""
     return hashlib.sha256(str(export.resolve()).encode()).hexdigest()[:10]
-
-
-class _ForumThread:
-    """The local forum's ASGI app on a free loopback port, in a daemon thread."""
-
-    def __init__(self, store: Any) -> None:
-        import uvicorn
-
-        from eval.stack.forum.app import ForumConfig, create_forum_app
-        from eval.stack.redis import free_port
-
-        self.port = free_port()
-        self.forum = create_forum_app(store, ForumConfig(base_url=f"http://127.0.0.1:{self.port}"))
-        config = uvicorn.Config(self.forum.app, host="127.0.0.1", port=self.port, log_level="warning")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="eval-forum", daemon=True)
-
-    def start(self) -> str:
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the local forum did not start")
-            time.sleep(0.02)
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self.forum.close()
 
 
 def configured_settings() -> Settings | None:
@@ -102,7 +71,7 @@ class EmbeddedStack:
         self.name = name or export_key(self.export)
         self._pg: Any = None
         self._store: Any = None
-        self._forum: _ForumThread | None = None
+        self._forum: ForumThread | None = None
         self._models: Any = None
 
     def start(self) -> Endpoints:
@@ -127,7 +96,7 @@ class EmbeddedStack:
                 log.info(
                     "forum: loaded %d topics, %d posts in %.1f s", report.topics, report.posts, report.seconds
                 )
-            self._forum = _ForumThread(self._store)
+            self._forum = ForumThread(self._store)
             forum_url = self._forum.start()
             self._models = ModelServerThread(*load_models())
             model_url = self._models.start(timeout=120)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,19 +23,17 @@ from typing import Any
 import httpx
 import numpy as np
 import psycopg
-import uvicorn
 from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 
 from eval.bench.report import emit, print_table
-from eval.stack.forum.app import ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
 from eval.stack.forum.text import html_to_text
+from eval.stack.forum.thread import ForumThread
 from eval.stack.modelserver.models import BiEncoderScorer, Calibration, EmbeddingModel
 from eval.stack.modelserver.server import ModelServerThread, load_models
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
-from eval.stack.redis import free_port
 from worker.clients.discourse import DiscourseClient
 from worker.clients.embeddings import TeiEmbedder
 from worker.clients.tei import TeiReranker
@@ -60,31 +57,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--queries", type=int, default=40, help="development questions timed (default 40)")
     ap.add_argument("--data", type=Path, default=DATA, help="forum export folder (topics/, raw/, eval/)")
     return ap.parse_args(argv)
-
-
-class ForumThread:
-    """The local forum's ASGI app on a free loopback port, in a daemon thread."""
-
-    def __init__(self, store: ForumStore) -> None:
-        self.port = free_port()
-        self.forum = create_forum_app(store, ForumConfig(base_url=f"http://127.0.0.1:{self.port}"))
-        config = uvicorn.Config(self.forum.app, host="127.0.0.1", port=self.port, log_level="warning")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="forum", daemon=True)
-
-    def start(self) -> str:
-        self._thread.start()
-        deadline = time.monotonic() + 20
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the local forum did not start")
-            time.sleep(0.02)
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self.forum.close()
 
 
 def sample(data: Path, topics: int, queries: int) -> tuple[list[int], list[dict[str, Any]]]:
