@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from abc import abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -74,9 +75,9 @@ class _HttpEmbedder(Embedder):
             start += len(batch)
         return vectors
 
+    @abstractmethod
     def _embed_batch(self, texts: list[str]) -> list[object] | None:
         """The raw vectors of one batch, or None after lowering ``_batch_size`` to the server's."""
-        raise NotImplementedError
 
     def _headers(self) -> dict[str, str]:
         return {}
