@@ -115,6 +115,11 @@ def claim_stale(
     return sorted((int(r[0]), int(r[1]), int(r[2])) for r in rows)
 
 
+def record_error(conn: psycopg.Connection[Any], post_id: int, error: str) -> None:
+    """Note why the last attempt failed, leaving the state as it is (the job will be retried)."""
+    conn.execute("UPDATE answers SET error = %s, updated_at = now() WHERE post_id = %s", (error, post_id))
+
+
 def transition(
     conn: psycopg.Connection[Any],
     post_id: int,

@@ -28,6 +28,7 @@ not post twice. A redelivered message for a finished row does nothing.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,12 +48,14 @@ from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
 from worker.limits import RateLimiter
 from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
-from worker.question import question_for
+from worker.question import extract_question, question_for
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.trace import Trace
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
+
+_TAG = re.compile(r"<[^>]+>")
 
 # Key space of the per-question advisory locks (two-int form: class, post id).
 ANSWER_LOCK_CLASS = 0x43425431
@@ -127,7 +130,7 @@ class AnswerPipeline:
                     outcome = self._give_up(conn, post_id, row.topic_id, f"transient: {exc}")
                 else:
                     JOBS.labels("retry").inc()
-                    answers.transition(conn, post_id, answers.STATES, _current(conn, post_id), error=str(exc))
+                    answers.record_error(conn, post_id, str(exc))
                     raise
             except PermanentError as exc:
                 outcome = self._fail(conn, post_id, f"permanent: {exc}")
@@ -364,16 +367,16 @@ class AnswerPipeline:
 
     def _question(self, post: ForumPost) -> str:
         bot = self.settings.discourse.bot_username
-        first_raw: str | None = None
-        title = post.topic_title
-        own = question_for(post.raw or "", bot, "", None)
-        if not own.strip():
-            topic = self.forum.get_topic(post.topic_id)
-            title = topic.title or title
-            first = next((p for p in topic.posts if p.post_number == 1), None)
-            if first is not None:
-                first_raw = first.raw if first.raw is not None else _strip_html(first.cooked)
-        return question_for(post.raw or "", bot, title, first_raw)
+        own = extract_question(post.raw or "", bot)
+        if own:
+            return own
+        # Only a mention: the question is the topic's (title and first post), read once.
+        topic = self.forum.get_topic(post.topic_id)
+        first = next((p for p in topic.posts if p.post_number == 1), None)
+        first_raw = (
+            None if first is None else (first.raw if first.raw is not None else _strip_html(first.cooked))
+        )
+        return question_for("", bot, topic.title or post.topic_title, first_raw)
 
     def _existing_reply(self, row: answers.Answer) -> int | None:
         """The bot's reply to this question already on the forum (a crash after posting), if any."""
@@ -388,11 +391,6 @@ class AnswerPipeline:
         out = trace.to_dict()
         out.update(extra)
         return out
-
-
-def _current(conn: psycopg.Connection[Any], post_id: int) -> answers.AnswerState:
-    row = answers.get(conn, post_id)
-    return row.state if row is not None else "queued"
 
 
 def _now(conn: psycopg.Connection[Any]) -> Any:
@@ -419,9 +417,7 @@ def _looks_french(row: answers.Answer) -> bool:
 
 
 def _strip_html(html: str) -> str:
-    import re
-
-    return re.sub(r"<[^>]+>", " ", html)
+    return _TAG.sub(" ", html)
 
 
 __all__ = ["AnswerPipeline", "Outcome", "Zone"]
