@@ -112,8 +112,10 @@ class Demo:
         self.keep = keep
         self.reply_timeout = reply_timeout
         self.steps = Steps(10)
-        self.api_key = secrets.token_urlsafe(24)
-        self.webhook_secret = secrets.token_urlsafe(24)
+        # Hex: a urlsafe token may start with "-". Secrets reach child processes through the
+        # environment (see _env), never argv, where `ps` would show them.
+        self.api_key = secrets.token_hex(24)
+        self.webhook_secret = secrets.token_hex(24)
         self.ports = {name: free_port() for name in ("models", "forum", "webhook")}
         self.forum_url = f"http://127.0.0.1:{self.ports['forum']}"
 
@@ -195,8 +197,7 @@ class Demo:
                 [
                     *CITEBOT, "forum", "serve", "--export", str(self.sample),
                     "--port", str(self.ports["forum"]), "--database-url", self.forum_db_url,
-                    "--api-key", self.api_key, "--webhook-url", webhook_url,
-                    "--webhook-secret", self.webhook_secret, "--reload",
+                    "--webhook-url", webhook_url, "--reload",
                 ],
             )  # fmt: skip
             procs.wait_http(

@@ -119,8 +119,8 @@ class SoakStack:
         forum = self.procs.start(
             "forum",
             [*CITEBOT, "forum", "serve", "--export", str(SAMPLE), "--port", str(self.ports["forum"]),
-             "--database-url", self.forum_db_url, "--api-key", self.api_key,
-             "--webhook-url", f"{self.relay_server.url}/hook", "--webhook-secret", self.secret, "--reload"],
+             "--database-url", self.forum_db_url, "--webhook-url", f"{self.relay_server.url}/hook",
+             "--reload"],
         )  # fmt: skip
         self.procs.wait_http(models, f"{self.models_url}/health")
         self.procs.wait_http(
