@@ -28,7 +28,7 @@ from pgvector.psycopg import register_vector
 from eval.bench.report import emit, print_table
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
 from worker.db.migrate import migrate
-from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.recall import _SETTINGS_SQL, RECALL_SQL, PostgresPostIndex, single_connection
 from worker.settings import RetrievalSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,6 +262,31 @@ def time_brute_force(vectors: np.ndarray, queries: np.ndarray, k: int) -> list[f
     return times
 
 
+def server_times(
+    conn: psycopg.Connection, settings: RetrievalSettings, queries: np.ndarray, k: int
+) -> np.ndarray:
+    """The server's own execution time of the same recall query (EXPLAIN ANALYZE), in ms.
+
+    Its p50 beside the end-to-end p50 splits a query's latency into the index's share and the
+    client's (the round trips, the vector out and 25 rows back).
+    """
+    times = []
+    for q in queries:
+        with conn.transaction():
+            conn.execute(
+                _SETTINGS_SQL,
+                (str(settings.ef_search), settings.iterative_scan, str(settings.max_scan_tuples)),
+            )
+            row = conn.execute(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + RECALL_SQL,
+                {"q": HalfVector(q.astype(np.float32)), "k": k, "exclude": []},
+            ).fetchone()
+        if row is None:
+            raise RuntimeError("EXPLAIN returned no plan")
+        times.append(float(row[0][0]["Execution Time"]))
+    return np.asarray(times)
+
+
 def run_queries(
     db_url: str, p: Params, ef: int, queries: np.ndarray, truth: np.ndarray, k: int
 ) -> dict[str, float]:
@@ -278,11 +303,13 @@ def run_queries(
             lat.append((time.perf_counter() - t0) * 1000)
             rows.append(len(got))
             hits.append(len({c.post_id for c in got} & set(gold.tolist())) / k)
+        server = server_times(conn, settings, queries, k)
     a = np.asarray(lat)
     return {
         "ef_search": ef,
         "p50_ms": float(np.percentile(a, 50)),
         "p99_ms": float(np.percentile(a, 99)),
+        "server_p50_ms": float(np.percentile(server, 50)),
         "recall_at_k": float(np.mean(hits)),
         "min_rows": int(min(rows)),
     }
@@ -333,6 +360,7 @@ def main(argv: list[str]) -> int:
             r["ef_search"],
             r["p50_ms"],
             r["p99_ms"],
+            r["server_p50_ms"],
             r["recall_at_k"],
             r["min_rows"],
             brute_p50 / float(r["p50_ms"]),  # type: ignore[arg-type]
@@ -340,7 +368,17 @@ def main(argv: list[str]) -> int:
         for r in results
     ]
     print_table(
-        ["filter", "ef_search", "p50 ms", "p99 ms", f"recall@{args.k}", "min rows", "× vs numpy"], rows
+        [
+            "filter",
+            "ef_search",
+            "p50 ms",
+            "p99 ms",
+            "server p50 ms",
+            f"recall@{args.k}",
+            "min rows",
+            "× vs numpy",
+        ],
+        rows,
     )
     default = (
         next(r for r in results if r["filter"] == "none" and r["ef_search"] == 100) if 100 in efs else None
