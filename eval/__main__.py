@@ -14,14 +14,11 @@ import sys
 from pathlib import Path
 
 from eval.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
-from eval.datasets import DatasetError
+from eval.datasets import URHO3D, DatasetError
 from eval.runner import RetrievalRun
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = next(
-    (p for p in (ROOT.parent / "shared" / "data" / "urho3d", Path("/work/shared/data/urho3d")) if p.is_dir()),
-    ROOT.parent / "shared" / "data" / "urho3d",
-)
+DATA = URHO3D
 DEV_QUESTIONS = (DATA / "eval" / "questions-dev.jsonl", DATA / "eval" / "out-of-domain-dev.jsonl")
 
 

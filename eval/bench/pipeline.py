@@ -27,6 +27,7 @@ from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 
 from eval.bench.report import emit, print_table
+from eval.datasets import URHO3D
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
 from eval.stack.forum.text import html_to_text
@@ -46,7 +47,7 @@ from worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
-DATA = Path("/work/shared/data/urho3d")
+DATA = URHO3D
 STAGES = ("index_check", "embed", "recall", "keyword", "fuse", "hydrate", "rerank", "aggregate")
 TEXT_CHARS = 1500
 

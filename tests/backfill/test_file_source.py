@@ -13,13 +13,12 @@ import pytest
 from backfill.embedders import NullEmbedder
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.file import FileSource, parse_raw
-from tests.services import ROOT, unavailable
+from eval.datasets import URHO3D
+from tests.services import unavailable
 from worker.errors import ConfigError
 from worker.settings import DatabaseSettings
 
-ARCHIVE = Path("/work/shared/data/urho3d")
-if not (ARCHIVE / "topics").is_dir():
-    ARCHIVE = ROOT.parent / "shared" / "data" / "urho3d"
+ARCHIVE = URHO3D
 TOPICS = (100, 1000, 1036)  # 37 + 3 + 93 posts; 1036 holds a "posts were split" small action
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from eval.configs import parse_configs
-from eval.datasets import load_questions
+from eval.datasets import URHO3D, load_questions
 from eval.runner import RetrievalRun, run_retrieval
 from eval.sample import make_sample_export
 from eval.services import export_key
@@ -24,11 +24,6 @@ from tests.services import unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = next(
-    (p for p in (ROOT.parent / "shared" / "data" / "urho3d", Path("/work/shared/data/urho3d")) if p.is_dir()),
-    None,
-)
 ANSWERABLE, OUT_OF_DOMAIN, DISTRACTORS = 24, 6, 20
 
 # Measured when written (24 + 6 questions, 44 topics, 379 posts): legacy topic hit@5 0.083; posts
@@ -42,11 +37,11 @@ FLOORS = {
 
 @pytest.fixture(scope="module")
 def data() -> Path:
-    if DATA is None:
+    if not URHO3D.is_dir():
         if os.environ.get("CI"):
             pytest.fail("the Urho3D archive (../shared/data/urho3d) is missing on CI")
         unavailable("data", "the Urho3D archive (../shared/data/urho3d) is not on this machine")
-    return DATA
+    return URHO3D
 
 
 def test_smoke_quality_floors_and_incremental_index(data: Path, tmp_path: Path, pg_server: str) -> None:

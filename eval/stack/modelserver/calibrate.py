@@ -42,12 +42,13 @@ from typing import Any
 
 import numpy as np
 
+from eval.datasets import URHO3D
 from eval.stack.modelserver.models import CALIBRATION_PATH, SHIPPED_MODEL_ID, EmbeddingModel
 from worker.clients.tei import rerank_texts
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DATA = Path("/work/shared/data/urho3d")
+DEFAULT_DATA = URHO3D
 _FRENCH = frozenset(
     [
         "comment",

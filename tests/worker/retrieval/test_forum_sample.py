@@ -11,13 +11,13 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from html import unescape
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
+from eval.datasets import URHO3D
 from eval.stack.postgres import drop_database, ensure_database
 from tests.conftest import make_settings
 from tests.services import unavailable
@@ -32,7 +32,7 @@ from worker.settings import RetrievalSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-DATA = Path("/work/shared/data/urho3d")
+DATA = URHO3D
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 QUESTIONS = 6
 DISTRACTORS = 10
