@@ -2,6 +2,11 @@
 
 - ``cases.jsonl``: French and English, block and pass, obfuscations and benign look-alikes;
 - ``heldout.jsonl``: other wordings of the same intents, written apart from the rules;
+- ``blind-1.jsonl``, ``blind-2.jsonl``: two sets written by someone who had not seen the rules
+  (110 + 100 block, 90 + 80 pass, French and English). Each was scored before any rule was written for it
+  (docs/gate.md gives those first figures). They are regression cases now. Where two
+  categories overlap (a member's address: personal data or doxxing), the label is the category
+  whose rule answers first;
 - ``../shared/data/gate-probes-dev.jsonl`` (the project's probe file, beside the clone): every
   ``block`` probe hits and at most one ``pass`` probe does.
 """
@@ -28,6 +33,7 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 CASES = load(HERE / "cases.jsonl")
 HELDOUT = load(HERE / "heldout.jsonl")
+BLIND = load(HERE / "blind-1.jsonl") + load(HERE / "blind-2.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +42,7 @@ def gate() -> Gate:
 
 
 def test_labelled_files_are_well_formed() -> None:
-    for rows in (CASES, HELDOUT):
+    for rows in (CASES, HELDOUT, BLIND):
         ids = [row["id"] for row in rows]
         assert len(ids) == len(set(ids))
         assert {row["expect"] for row in rows} == {"block", "pass"}
@@ -45,7 +51,7 @@ def test_labelled_files_are_well_formed() -> None:
     assert len(blocked) == 9
 
 
-@pytest.mark.parametrize("case", CASES + HELDOUT, ids=lambda case: str(case["id"]))
+@pytest.mark.parametrize("case", CASES + HELDOUT + BLIND, ids=lambda case: str(case["id"]))
 def test_labelled_case(gate: Gate, case: dict[str, Any]) -> None:
     decision = gate.check(case["text"])
     if case["expect"] == "block":
