@@ -2,11 +2,11 @@
 
 - ``cases.jsonl``: French and English, block and pass, obfuscations and benign look-alikes;
 - ``heldout.jsonl``: other wordings of the same intents, written apart from the rules;
-- ``blind-1.jsonl``, ``blind-2.jsonl``: two sets written by someone who had not seen the rules
-  (110 + 100 block, 90 + 80 pass, French and English). Each was scored before any rule was written for it
-  (docs/gate.md gives those first figures). They are regression cases now. Where two
-  categories overlap (a member's address: personal data or doxxing), the label is the category
-  whose rule answers first;
+- ``blind-1.jsonl``, ``blind-2.jsonl``, ``blind-3.jsonl``: three sets written by someone who had
+  not seen the rules (110 + 100 + 90 block, 90 + 80 + 70 pass, French and English). Each was scored
+  before any rule was written for it; docs/gate.md gives those first figures. They are regression
+  cases now. Where two categories overlap (a member's address: personal data or doxxing), the label
+  is the category whose rule answers first;
 - ``../shared/data/gate-probes-dev.jsonl`` (the project's probe file, beside the clone): every
   ``block`` probe hits and at most one ``pass`` probe does.
 """
@@ -33,7 +33,7 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 CASES = load(HERE / "cases.jsonl")
 HELDOUT = load(HERE / "heldout.jsonl")
-BLIND = load(HERE / "blind-1.jsonl") + load(HERE / "blind-2.jsonl")
+BLIND = [row for n in (1, 2, 3) for row in load(HERE / f"blind-{n}.jsonl")]
 
 
 @pytest.fixture(scope="module")
