@@ -84,3 +84,18 @@ def test_triggers_never_change_a_decision(gate: Gate) -> None:
     texts = [row["text"] for row in CASES + HELDOUT + load(PROBES)] + forum_questions(FORUM, limit=300)
     for text in texts:
         assert gate.check(text) == without.check(text), text
+
+
+HELD_OUT = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-4.jsonl")
+
+
+def test_untuned_held_out_set_keeps_its_recorded_floor(gate: Gate) -> None:
+    # No rule is written from this set (eval/data/gate-heldout/README.md); the floor is what the rules
+    # scored on it when it was first run, so a rule change that loses ground on unseen wordings fails.
+    harmful = [row for row in HELD_OUT if row["expect"] == "block"]
+    harmless = [row for row in HELD_OUT if row["expect"] == "pass"]
+    assert (len(harmful), len(harmless)) == (90, 70)
+    blocked = sum(gate.check(row["text"]).hit for row in harmful)
+    false_blocks = sum(gate.check(row["text"]).hit for row in harmless)
+    assert blocked >= 56
+    assert false_blocks <= 1
