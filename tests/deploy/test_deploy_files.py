@@ -19,9 +19,8 @@ import pydantic
 import pytest
 import yaml
 
-from eval.__main__ import parser as eval_parser
+from tests.commands import parse_command
 from tests.services import ROOT
-from worker.cli import build_parser
 from worker.settings import ENV_DELIMITER, ENV_PREFIX, Settings
 
 DEPLOY = ROOT / "deploy"
@@ -85,11 +84,10 @@ def test_the_deploy_files_run_commands() -> None:
 @pytest.mark.parametrize(("where", "argv"), COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_every_command_in_the_deploy_files_parses(where: str, argv: list[str]) -> None:
     if argv[0] == "citebot":
-        args = build_parser().parse_args(argv[1:])
-        assert callable(args.handler), where
+        parse_command("citebot", argv[1:])
     else:
         assert argv[:3] == ["python", "-m", "eval"], where
-        eval_parser().parse_args(argv[3:])
+        parse_command("python -m eval", argv[3:])
 
 
 def _env_names() -> Iterator[tuple[str, str]]:

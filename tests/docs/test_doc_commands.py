@@ -9,18 +9,14 @@ its shortest form), comments and shell redirections are cut off, and lines that 
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import re
 import shlex
 from pathlib import Path
 
 import pytest
 
-from eval.__main__ import parser as eval_parser
-from eval.bench.__main__ import available as available_benches
+from tests.commands import parse_command
 from tests.services import ROOT
-from worker.cli import build_parser
 
 DOCS = [
     ROOT / "README.md",
@@ -77,20 +73,9 @@ def test_the_docs_show_commands() -> None:
 
 @pytest.mark.parametrize(("where", "program", "argv"), COMMANDS, ids=[w for w, _, _ in COMMANDS])
 def test_every_command_in_the_docs_parses(where: str, program: str, argv: list[str]) -> None:
-    if program == "citebot":
-        args = build_parser().parse_args(argv)
-        assert callable(args.handler), where
-    elif program == "python -m eval":
-        eval_parser().parse_args(argv)
-    else:
-        assert argv, where
-        assert argv[0] in available_benches(), f"{where}: unknown benchmark {argv[0]}"
-        module = importlib.import_module(f"eval.bench.{argv[0]}")
-        parse = getattr(module, "parse", None)
-        if parse is not None:
-            assert isinstance(parse(argv[1:]), argparse.Namespace), where
+    parse_command(program, argv)
 
 
 def test_a_renamed_option_would_fail() -> None:
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["backfill", "--origin", "file"])
+        parse_command("citebot", ["backfill", "--origin", "file"])
