@@ -130,6 +130,15 @@ def run_load(port: int, requests: list[bytes], concurrency: int) -> dict[str, fl
     }
 
 
+def _server_stack() -> str:
+    """The event loop and HTTP parser uvicorn picks here ("auto" prefers uvloop and httptools)."""
+    import importlib.util
+
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    return f"{loop} + {http}"
+
+
 def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
     import httpx
 
@@ -200,7 +209,7 @@ def main(argv: Sequence[str]) -> int:
     lost = accepted - queued
     print(
         f"webhook bench: {args.deliveries} signed deliveries, concurrency {args.concurrency}, "
-        "uvicorn (asyncio + h11) on loopback"
+        f"uvicorn ({_server_stack()}) on loopback"
     )
     route = "POST " + WEBHOOK_PATH
     rows = [
@@ -230,6 +239,7 @@ def main(argv: Sequence[str]) -> int:
             "queued": queued,
             "lost": lost,
             "server_log_level": args.log_level,
+            "server_stack": _server_stack(),
             "target": {"deliveries_per_s": TARGET_RPS, "ack_p99_ms": TARGET_P99_MS},
             "passed": passed,
         },
