@@ -16,12 +16,9 @@ again.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,10 +37,6 @@ BACKFILL_TIME_LIMIT_MS = 6 * 3600 * 1000
 QUESTIONS_QUEUE = "questions"
 INDEX_QUEUE = "index"
 MAINTENANCE_QUEUE = "maintenance"
-# The backfill package's module (issue 7) that re-indexes one post or topic; where it is not
-# installed the refresh events are accepted and counted by the webhook but not enqueued.
-INCREMENTAL_MODULE = "backfill.incremental"
-
 R = TypeVar("R")
 
 
@@ -103,19 +96,15 @@ def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limi
 
     @dramatiq.actor(queue_name=INDEX_QUEUE, **options)
     def refresh_post(post_id: int, event: str) -> None:
-        module = _incremental()
-        if module is None:
-            log.debug("refresh_post(%d, %s): %s not installed", post_id, event, INCREMENTAL_MODULE)
-            return
-        honour_retry_after(limits, lambda: module.refresh_post(runtime(), post_id, event))
+        from backfill import incremental  # the indexing stack loads in workers only, not in the webhook
+
+        honour_retry_after(limits, lambda: incremental.refresh_post(runtime(), post_id, event))
 
     @dramatiq.actor(queue_name=INDEX_QUEUE, **options)
     def refresh_topic(topic_id: int, event: str) -> None:
-        module = _incremental()
-        if module is None:
-            log.debug("refresh_topic(%d, %s): %s not installed", topic_id, event, INCREMENTAL_MODULE)
-            return
-        honour_retry_after(limits, lambda: module.refresh_topic(runtime(), topic_id, event))
+        from backfill import incremental
+
+        honour_retry_after(limits, lambda: incremental.refresh_topic(runtime(), topic_id, event))
 
     # A scheduled incremental backfill (`citebot backfill --enqueue` from cron): unchanged posts are
     # skipped by digest, so a tick costs reading the source. Hours, not the default 10-minute limit.
@@ -165,21 +154,6 @@ def run_poll(rt: Runtime, enqueue: Callable[[int, int, int], None]) -> PollRepor
         )
 
 
-@cache
-def incremental_available() -> bool:
-    """Whether the backfill team's incremental indexer exists in this installation."""
-    try:
-        return importlib.util.find_spec(INCREMENTAL_MODULE) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def _incremental() -> Any:
-    if not incremental_available():
-        return None
-    return importlib.import_module(INCREMENTAL_MODULE)
-
-
 class DramatiqIntake:
     """The webhook's ``Intake`` over the declared actors: ids in, messages out."""
 
@@ -190,15 +164,7 @@ class DramatiqIntake:
         self._actors.answer_question.send(post_id, topic_id, version, "webhook")
 
     def refresh_post(self, post_id: int, event: str) -> None:
-        if incremental_available():
-            self._actors.refresh_post.send(post_id, event)
-        else:
-            log.debug("%s pending (issue 7): %s of post %d not enqueued", INCREMENTAL_MODULE, event, post_id)
+        self._actors.refresh_post.send(post_id, event)
 
     def refresh_topic(self, topic_id: int, event: str) -> None:
-        if incremental_available():
-            self._actors.refresh_topic.send(topic_id, event)
-        else:
-            log.debug(
-                "%s pending (issue 7): %s of topic %d not enqueued", INCREMENTAL_MODULE, event, topic_id
-            )
+        self._actors.refresh_topic.send(topic_id, event)

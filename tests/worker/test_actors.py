@@ -181,11 +181,11 @@ def test_retry_policy_and_retry_after() -> None:
         honour_retry_after(limits, plain)
 
 
-def test_intake_enqueues_ids_and_refreshes_when_the_indexer_exists(redis_url: str) -> None:
+def test_intake_enqueues_ids_for_questions_and_index_refreshes(redis_url: str) -> None:
     import redis as redis_lib
 
     from tests.conftest import REDIS_NAMESPACE
-    from worker.actors import DramatiqIntake, incremental_available
+    from worker.actors import DramatiqIntake
 
     settings = make_settings("postgresql://nobody@127.0.0.1:1/none", redis_url)
     broker = build_broker(settings.redis, settings.limits)
@@ -199,6 +199,5 @@ def test_intake_enqueues_ids_and_refreshes_when_the_indexer_exists(redis_url: st
     intake.refresh_topic(6, "topic_edited")
     r = redis_lib.Redis.from_url(redis_url)
     assert r.llen(f"{REDIS_NAMESPACE}-tasks:questions") == 1
-    expected_index = 2 if incremental_available() else 0  # backfill.incremental (issue 7) is optional
-    assert r.llen(f"{REDIS_NAMESPACE}-tasks:index") == expected_index
+    assert r.llen(f"{REDIS_NAMESPACE}-tasks:index") == 2
     broker.close()
