@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from worker.clients.fakes import FakeEmbedder, overlap_logit
+from worker.clients.fakes import FakeEmbedder, tei_embed_body, tei_rerank_body
 
 MODEL = "soak-model"
 DIMENSION = 8
@@ -64,23 +63,14 @@ def create_app(knobs: Knobs) -> Starlette:
         failed = await tei_gate()
         if failed is not None:
             return failed
-        body = await request.json()
-        inputs = body.get("inputs")
-        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
-        if not texts:
-            return JSONResponse({"error": "`inputs` cannot be empty", "error_type": "Empty"}, status_code=400)
-        return JSONResponse(EMBEDDER.embed(texts))
+        status, payload = tei_embed_body(EMBEDDER, await request.json())
+        return JSONResponse(payload, status_code=status)
 
     async def rerank(request: Request) -> Response:
         failed = await tei_gate()
         if failed is not None:
             return failed
-        body = await request.json()
-        scores = [overlap_logit(body["query"], t) for t in body["texts"]]
-        if not body.get("raw_scores"):
-            scores = [1 / (1 + math.exp(-s)) for s in scores]
-        ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
-        return JSONResponse([{"index": i, "score": scores[i]} for i in ranked])
+        return JSONResponse(tei_rerank_body(await request.json()))
 
     async def info(request: Request) -> Response:
         return JSONResponse({"model_id": MODEL, "model_type": {"reranker": {}}, "max_client_batch_size": 32})

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from worker.clients.fakes import FakeEmbedder, overlap_logit
+from worker.clients.fakes import FakeEmbedder, tei_embed_body, tei_rerank_body
 
 EMBEDDER = FakeEmbedder(model="test-model", dimension=8)
 
@@ -37,25 +37,14 @@ class FakeTei:
         )
 
     async def embed(self, request: Request) -> JSONResponse:
-        body = await request.json()
-        inputs = body.get("inputs")
-        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
-        if not texts:
-            return JSONResponse({"error": "`inputs` cannot be empty", "error_type": "Empty"}, status_code=400)
-        return JSONResponse(EMBEDDER.embed(texts))
+        status, payload = tei_embed_body(EMBEDDER, await request.json())
+        return JSONResponse(payload, status_code=status)
 
     async def rerank(self, request: Request) -> JSONResponse:
         self.rerank_calls += 1
         if self.rerank_down:
             return JSONResponse({"error": "model is not ready", "error_type": "Unhealthy"}, status_code=503)
-        body = await request.json()
-        import math
-
-        scores = [overlap_logit(body["query"], t) for t in body["texts"]]
-        if not body.get("raw_scores"):
-            scores = [1 / (1 + math.exp(-s)) for s in scores]
-        ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
-        return JSONResponse([{"index": i, "score": scores[i]} for i in ranked])
+        return JSONResponse(tei_rerank_body(await request.json()))
 
     async def info(self, request: Request) -> JSONResponse:
         return JSONResponse({"model_id": "fake", "model_type": {"reranker": {}}, "max_client_batch_size": 32})

@@ -13,6 +13,7 @@ import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import regex
 
@@ -85,6 +86,25 @@ def overlap_logit(query: str, text: str) -> float:
         return -6.0
     share = len(q & set(words(text))) / len(q)
     return 12.0 * share - 6.0
+
+
+def tei_embed_body(embedder: Embedder, body: Mapping[str, Any]) -> tuple[int, Any]:
+    """TEI's ``POST /embed`` over ``embedder``: (status, JSON body), 400 ``Empty`` for no inputs."""
+    inputs = body.get("inputs")
+    texts = [inputs] if isinstance(inputs, str) else [str(t) for t in (inputs or [])]
+    if not texts:
+        return 400, {"error": "`inputs` cannot be empty", "error_type": "Empty"}
+    return 200, embedder.embed(texts)
+
+
+def tei_rerank_body(body: Mapping[str, Any]) -> list[dict[str, float]]:
+    """TEI's ``POST /rerank`` with word-overlap logits: sigmoid unless ``raw_scores``, best first."""
+    query = str(body["query"])
+    scores = [overlap_logit(query, str(t)) for t in body["texts"]]
+    if not body.get("raw_scores"):
+        scores = [1 / (1 + math.exp(-s)) for s in scores]
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
+    return [{"index": i, "score": scores[i]} for i in ranked]
 
 
 class FakeReranker(Reranker):
