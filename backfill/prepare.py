@@ -36,7 +36,7 @@ class PreparedPost:
 def ineligibility(
     post: SourcePost, restricted: Collection[int] = (), excluded_authors: Collection[str] = ()
 ) -> str | None:
-    """Why the post must not be in the index, or None when it may be (SPEC §3.4 recall filter).
+    """Why the post must not be in the index, or None when it may be (the recall filter of docs/retrieval.md).
 
     ``excluded_authors`` (lower-case usernames: the bot itself) are never indexed, so the bot never
     cites its own earlier replies — or its own "I don't know" — as forum evidence.

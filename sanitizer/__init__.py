@@ -1,4 +1,4 @@
-"""Server-side sanitizer: the LLM's text → the Markdown citebot posts (SPEC §3.6).
+"""Server-side sanitizer: the LLM's text → the Markdown citebot posts (docs/sanitizer.md).
 
 Pure code (stdlib + ``bleach``), nothing imported from the rest of citebot::
 

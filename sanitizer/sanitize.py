@@ -1,4 +1,4 @@
-"""``sanitize()``: the LLM's text in, the Markdown to post out (SPEC §3.6).
+"""``sanitize()``: the LLM's text in, the Markdown to post out (docs/sanitizer.md).
 
 Pipeline for each prose block (fenced code blocks are kept verbatim, re-fenced canonically)::
 

@@ -4,7 +4,7 @@
 returns them in a frozen ``Actors``; nothing here reads the environment or connects at import time.
 Actor bodies get the process-wide ``Runtime`` from the ``runtime`` callable, which builds it lazily.
 
-Retry policy (SPEC §3.2): transient errors (timeouts, 429, 5xx, a database restarting) retry with
+Retry policy (docs/intake.md): transient errors (timeouts, 429, 5xx, a database restarting) retry with
 exponential backoff capped by ``limits.max_backoff_s``, at most ``limits.max_retries`` times, and a 429's
 ``Retry-After`` is honoured; permanent errors (4xx, validation) never retry. dramatiq's default of 20
 retries over ~30 days would answer a question a month late.

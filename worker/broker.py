@@ -35,7 +35,7 @@ def build_broker(redis: RedisSettings, limits: LimitsSettings) -> RedisBroker:
         namespace=f"{redis.namespace}-tasks",
         middleware=middleware,
         # A killed worker's unacked messages come back after the heartbeat timeout, at the next
-        # maintenance pass (SPEC §7: 74–245 s seen with the defaults).
+        # maintenance pass (74–245 s seen with the defaults; docs/reliability.md).
         heartbeat_timeout=redis.heartbeat_timeout_ms,
         maintenance_chance=redis.maintenance_chance,
     )

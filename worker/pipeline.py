@@ -1,4 +1,4 @@
-"""The answer path of one question (SPEC §2): the orchestration, stage by stage.
+"""The answer path of one question (docs/architecture.md): the orchestration, stage by stage.
 
 Each stage lives in its own module; this file only runs them in order and moves the ``answers`` row
 through its states so that a retry resumes where the last attempt stopped::

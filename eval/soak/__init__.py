@@ -1,4 +1,4 @@
-"""The reliability suite (SPEC §5): ``python -m eval.soak``.
+"""The reliability suite (docs/reliability.md): ``python -m eval.soak``.
 
 The whole stack on loopback — embedded PostgreSQL + pgvector, a private Redis, the local forum, the
 webhook app, two ``citebot worker run`` processes, the ``citebot poll`` catch-up poller, TEI- and

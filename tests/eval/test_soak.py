@@ -1,7 +1,7 @@
-"""The reliability suite's short variant (``python -m eval.soak``, SPEC §5): a few dozen questions through
-the whole stack on loopback — two worker processes, the catch-up poller, the webhook app behind a storm
-relay — with one SIGKILL of a worker mid-job, a webhook storm (every delivery 1–3 times, shuffled, some
-with a forged signature) and dropped deliveries; then the forum is reconciled against the questions."""
+"""The reliability suite's short variant (``python -m eval.soak``, docs/reliability.md): a few dozen questions
+through the whole stack on loopback — two worker processes, the catch-up poller, the webhook app behind a
+storm relay — with one SIGKILL of a worker mid-job, a webhook storm (every delivery 1–3 times, shuffled,
+some with a forged signature) and dropped deliveries; then the forum is reconciled against the questions."""
 
 from __future__ import annotations
 

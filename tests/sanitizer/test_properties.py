@@ -1,4 +1,4 @@
-"""Properties that must hold for every input: the security contract of SPEC §3.6."""
+"""Properties that must hold for every input: the security contract in docs/sanitizer.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``citebot sanitize``: the LLM's text on stdin → the Markdown to post on stdout (SPEC §3.6)."""
+"""``citebot sanitize``: the LLM's text on stdin → the Markdown to post on stdout (docs/sanitizer.md)."""
 
 from __future__ import annotations
 

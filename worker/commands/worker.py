@@ -14,7 +14,7 @@ HELP = "queue worker: run"
 
 log = logging.getLogger(__name__)
 
-# SPEC §7: dramatiq's default 1 s poll adds ~0.4 s to an idle worker's first job; 100 ms → ~40 ms.
+# docs/intake.md: dramatiq's default 1 s poll adds ~0.4 s to an idle worker's first job; 100 ms → ~40 ms.
 WORKER_TIMEOUT_MS = 100
 
 

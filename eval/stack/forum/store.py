@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 
 Row = dict[str, Any]
 
-# The companion plugin's flags (SPEC §3.7): declared, boolean, off by default.
+# The companion plugin's flags (docs/generation.md): declared, boolean, off by default.
 CITEBOT_SETTINGS: tuple[tuple[str, str], ...] = (
     ("citebot_enabled", "Let citebot answer members who mention it."),
     ("citebot_posts_pipeline", "Post-grain retrieval (pgvector + keyword fusion)."),
