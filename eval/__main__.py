@@ -13,9 +13,9 @@ import logging
 import sys
 from pathlib import Path
 
-from eval.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
-from eval.datasets import URHO3D, DatasetError
-from eval.runner import RetrievalRun
+from eval.evaluation.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
+from eval.evaluation.datasets import URHO3D, DatasetError
+from eval.evaluation.runner import RetrievalRun
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = URHO3D
@@ -58,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument(
         "--out", type=Path, default=ROOT / "eval" / "results", help="root of the dated result folders"
     )
-    n.add_argument("--floors", type=Path, default=ROOT / "eval" / "floors.toml")
+    n.add_argument("--floors", type=Path, default=ROOT / "eval" / "evaluation" / "floors.toml")
     n.add_argument("--date", help="folder name (default: today, UTC)")
     n.add_argument("--probes-only", action="store_true", help="skip the retrieval eval")
     return ap
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "nightly" and (
             args.probes_only or not (args.questions or DEV_QUESTIONS[0].is_file())
         ):
-            from eval.nightly import run_nightly
+            from eval.evaluation.nightly import run_nightly
 
             if not args.probes_only:
                 logging.getLogger("eval").warning(
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             return code
         run = _retrieval_run(args)
         if args.command == "retrieval":
-            from eval.runner import run_retrieval
+            from eval.evaluation.runner import run_retrieval
 
             results = run_retrieval(run)
             print(
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             return 0
-        from eval.nightly import run_nightly
+        from eval.evaluation.nightly import run_nightly
 
         code, folder = run_nightly(args.out, retrieval=run, floors_path=args.floors, date=args.date)
         print(f"nightly: {'ok' if code == 0 else 'FAILED'}; report in {folder / 'report.md'}")
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
     forum = args.forum
     if forum is None and args.command == "nightly":
-        from eval.services import configured_settings
+        from eval.stack.services import configured_settings
 
         forum = DATA if configured_settings() is None else None
     questions = tuple(args.questions or DEV_QUESTIONS)
@@ -135,9 +135,9 @@ def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
 
 
 def _probes(args: argparse.Namespace) -> int:
-    from eval.nightly import run_probes_configured
-    from eval.report import write_json
-    from eval.safety import load_probes, probes_markdown, run_probes
+    from eval.evaluation.nightly import run_probes_configured
+    from eval.evaluation.report import write_json
+    from eval.evaluation.safety import load_probes, probes_markdown, run_probes
 
     report = run_probes_configured(load_probes, run_probes)
     print(probes_markdown(report))

@@ -27,7 +27,7 @@ from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 
 from eval.bench.report import emit, print_table
-from eval.datasets import URHO3D
+from eval.evaluation.datasets import URHO3D
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
 from eval.stack.forum.text import html_to_text

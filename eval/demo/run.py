@@ -29,9 +29,9 @@ import httpx
 import psycopg
 
 from eval.demo.member import ForumMember, Question, Reply, links_in
-from eval.demo.procs import CITEBOT, DemoError, Processes, stop_saved, tail
 from eval.demo.show import Steps, print_reply
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
+from eval.stack.procs import CITEBOT, DemoError, Processes, stop_saved, tail
 from eval.stack.redis import RedisServer, free_port
 from worker.flags import FLAG_NAMES
 

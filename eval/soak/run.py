@@ -14,10 +14,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from eval.demo.procs import DemoError, tail
 from eval.soak.report import reconcile, render, save
 from eval.soak.stack import ROOT, SoakError, SoakStack, StackOptions
 from eval.soak.workload import FAULT_NAMES, Asked, FaultPlan, Members, open_questions
+from eval.stack.procs import DemoError, tail
 
 
 def parse_faults(value: str) -> set[str]:

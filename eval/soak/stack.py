@@ -25,10 +25,10 @@ import psycopg
 from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 
-from eval.demo.procs import CITEBOT, Child, Processes, tail
 from eval.soak.models import DIMENSION, EMBEDDER, MODEL
 from eval.soak.relay import StormRelay, ThreadServer
 from eval.stack.postgres import EmbeddedPostgres, ensure_database, with_database
+from eval.stack.procs import CITEBOT, Child, Processes, tail
 from eval.stack.redis import RedisServer, free_port
 from worker.webhook import WEBHOOK_PATH
 

@@ -13,7 +13,7 @@ import pytest
 from backfill.embedders import NullEmbedder
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.file import FileSource, parse_raw
-from eval.datasets import URHO3D
+from eval.evaluation.datasets import URHO3D
 from tests.services import unavailable
 from worker.errors import ConfigError
 from worker.settings import DatabaseSettings

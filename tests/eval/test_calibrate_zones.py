@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.calibrate_zones import calibrate, plot_calibration, propose_abstain, propose_weak
-from eval.evaluate import Outcome
+from eval.evaluation.evaluate import Outcome
+from eval.evaluation.thresholds import calibrate, plot_calibration, propose_abstain, propose_weak
 
 
 def outcome(qid: str, logit: float, *, ood: bool = False, right: bool = True) -> Outcome:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
-from eval.datasets import DatasetError, load_questions, read_questions
+from eval.evaluation.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
+from eval.evaluation.datasets import DatasetError, load_questions, read_questions
 
 
 def line(**kw: object) -> str:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from eval.demo.member import links_in
-from eval.demo.procs import DemoError, Processes, stop_saved
 from eval.demo.run import QUESTIONS, ROOT, SAMPLE
 from eval.demo.sample import DEMO_TOPICS, build_sample
 from eval.demo.show import stage_line
+from eval.stack.procs import DemoError, Processes, stop_saved
 from tests.services import unavailable
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eval.metrics import dedupe, first_rank, hit_at, mean, mrr_at, ndcg_at, percentile, recall_hit
+from eval.evaluation.metrics import dedupe, first_rank, hit_at, mean, mrr_at, ndcg_at, percentile, recall_hit
 
 
 def test_first_rank_counts_a_repeated_id_once() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from eval.__main__ import main
-from eval.configs import CONFIGS
-from eval.evaluate import METRICS, Outcome
-from eval.nightly import check_floors, check_regressions, load_floors, previous_run, run_nightly
-from eval.runner import build_results, write_report
+from eval.evaluation.configs import CONFIGS
+from eval.evaluation.evaluate import METRICS, Outcome
+from eval.evaluation.nightly import check_floors, check_regressions, load_floors, previous_run, run_nightly
+from eval.evaluation.runner import build_results, write_report
 from worker.settings import Settings
 
 FLOORS = {

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from eval.safety import Probe, check_prompt, check_reply, load_probes, run_probe, run_probes, sources_for
+from eval.evaluation.safety import (
+    Probe,
+    check_prompt,
+    check_reply,
+    load_probes,
+    run_probe,
+    run_probes,
+    sources_for,
+)
 from gate import Gate
 from worker.generation.fakes import FakeChatModel
 from worker.generation.offline import OfflineGenerator

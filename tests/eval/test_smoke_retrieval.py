@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from eval.configs import parse_configs
-from eval.datasets import URHO3D, load_questions
-from eval.runner import RetrievalRun, run_retrieval
-from eval.sample import make_sample_export
-from eval.services import export_key
+from eval.evaluation.configs import parse_configs
+from eval.evaluation.datasets import URHO3D, load_questions
+from eval.evaluation.runner import RetrievalRun, run_retrieval
+from eval.evaluation.sample import make_sample_export
 from eval.stack.postgres import drop_database
+from eval.stack.services import export_key
 from tests.services import unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

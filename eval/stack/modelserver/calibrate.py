@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.datasets import URHO3D
+from eval.evaluation.datasets import URHO3D
 from eval.stack.modelserver.models import CALIBRATION_PATH, SHIPPED_MODEL_ID, EmbeddingModel
 from worker.clients.tei import rerank_texts
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from eval.datasets import URHO3D
+from eval.evaluation.datasets import URHO3D
 from eval.stack.postgres import drop_database, ensure_database
 from tests.conftest import make_settings
 from tests.services import unavailable

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.datasets import Question
+from eval.evaluation.datasets import Question
 
 
 def sample_topics(export: Path, questions: Sequence[Question], distractors: int) -> list[int]:

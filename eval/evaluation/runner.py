@@ -1,7 +1,7 @@
 """``python -m eval retrieval``: index an export, run every question through every configuration, report.
 
 With no services configured (``CITEBOT_DATABASE__URL`` and ``CITEBOT_DISCOURSE__BASE_URL`` unset) it
-starts the embedded defaults itself (``eval.services.EmbeddedStack``). The export is indexed by the
+starts the embedded defaults itself (``eval.stack.services.EmbeddedStack``). The export is indexed by the
 backfill (incremental: a second run embeds nothing), then each question runs through each
 configuration; the results go to ``OUT/results.json``, ``OUT/report.md`` and PNG plots.
 """
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.calibrate_zones import calibrate, plot_calibration
-from eval.configs import Config
-from eval.datasets import Question, load_questions
-from eval.evaluate import Outcome, abstention, run_questions, summarize
-from eval.report import abstention_table, configs_table, plot_configs, plot_latency, write_json
-from eval.services import CACHE, EmbeddedStack, configured_settings, index_export
+from eval.evaluation.configs import Config
+from eval.evaluation.datasets import Question, load_questions
+from eval.evaluation.evaluate import Outcome, abstention, run_questions, summarize
+from eval.evaluation.report import abstention_table, configs_table, plot_configs, plot_latency, write_json
+from eval.evaluation.thresholds import calibrate, plot_calibration
+from eval.stack.services import CACHE, EmbeddedStack, configured_settings, index_export
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.evaluate import Outcome
-from eval.metrics import percentile
+from eval.evaluation.evaluate import Outcome
+from eval.evaluation.metrics import percentile
 
 MAX_ABSTAINED = 0.05
 NORMAL_PRECISION = 0.8

@@ -15,7 +15,7 @@ from pathlib import Path
 OUT_OF_DOMAIN = "out_of_domain"
 
 # The workplace's shared folder sits beside the checkout (CI copies it there too).
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 URHO3D = SHARED / "data" / "urho3d"  # the Urho3D forum export and its eval questions
 
 

@@ -25,7 +25,7 @@ from worker.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
 EVAL_TIMEOUT_S = 120.0  # rerank deadline in the eval: measure the reranker, not a busy machine's timeouts
 

@@ -1,8 +1,8 @@
 """``python -m eval nightly``: retrieval eval + zone calibration + safety probes, floors, regressions.
 
-Writes ``OUT/<date>/`` (results.json, report.md, PNG plots), then compares the figures with the floors
-of ``eval/floors.toml`` and with the previous dated run under ``OUT``; exit status 1 when a floor is
-crossed or a figure regressed, 0 otherwise.
+Writes ``OUT/<date>/`` (results.json, report.md, PNG plots), then compares the figures with the
+floors of ``eval/evaluation/floors.toml`` and with the previous dated run under ``OUT``; exit status 1
+when a floor is crossed or a figure regressed, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.report import write_json
+from eval.evaluation.report import write_json
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ def run_nightly(
     ``RetrievalRun`` whose ``out`` is replaced by the dated folder, or None to run the probes alone."""
     from dataclasses import replace
 
-    from eval.runner import render_markdown, run_retrieval
-    from eval.safety import load_probes, probes_markdown, run_probes
+    from eval.evaluation.runner import render_markdown, run_retrieval
+    from eval.evaluation.safety import load_probes, probes_markdown, run_probes
 
     date = date or dt.datetime.now(dt.UTC).strftime(_DATE)
     folder = out_root / date

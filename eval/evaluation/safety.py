@@ -1,6 +1,6 @@
 """Safety probes: questions (and evidence) that must be refused, resisted or answered, end to end.
 
-Each probe of ``eval/probes/safety.jsonl`` runs through the bot's deterministic stages and its LLM:
+Each probe of ``eval/evaluation/probes/safety.jsonl`` runs through the bot's deterministic stages and its LLM:
 
 1. the gate (``Gate.load().check``): ``expect.gate`` = ``block`` (with ``category`` when given) or ``pass``;
 2. when it passes: prompt assembly (``build_prompt``) over the probe's evidence — every evidence text

@@ -23,9 +23,9 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from eval.configs import Config
-from eval.datasets import Question
-from eval.metrics import first_rank, hit_at, mean, mrr_at, ndcg_at, percentile, recall_hit
+from eval.evaluation.configs import Config
+from eval.evaluation.datasets import Question
+from eval.evaluation.metrics import first_rank, hit_at, mean, mrr_at, ndcg_at, percentile, recall_hit
 from worker.errors import CitebotError
 from worker.retrieval.pipeline import RetrievalResult, Retriever
 

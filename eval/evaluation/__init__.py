@@ -1,0 +1,1 @@
+"""The evaluation proper: datasets, configurations, metrics, the runner, reports, safety probes, nightly."""
