@@ -11,6 +11,7 @@ and response shapes and error bodies live in its subclass; failures go through o
 from __future__ import annotations
 
 import logging
+import math
 import re
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -18,9 +19,9 @@ from typing import ClassVar
 
 import httpx
 
-from worker.clients.model_http import check_vector, parse_json, status_error, transport_error
+from worker.clients import http as outbound
 from worker.domain import EmbedKind
-from worker.errors import ConfigError, PermanentError, ValidationError
+from worker.errors import ConfigError, IndexMismatchError, PermanentError, ValidationError
 from worker.protocols import Embedder
 from worker.settings import EmbeddingsSettings, Settings
 
@@ -84,19 +85,17 @@ class _HttpEmbedder(Embedder):
 
     def _request(self, method: str, path: str, payload: object | None = None) -> object:
         """One call; transport failures and non-2xx answers become our error types."""
-        try:
-            response = self._http.request(
-                method,
-                self._base_url + path,
-                json=payload,
-                headers=self._headers(),
-                timeout=self._settings.timeout_s,
-            )
-        except httpx.HTTPError as exc:
-            raise transport_error(self.service, exc) from None
-        if not response.is_success:
-            raise status_error(self.service, response)
-        return parse_json(self.service, response)
+        response = outbound.send(
+            self._http,
+            self.service,
+            method,
+            self._base_url + path,
+            json=payload,
+            headers=self._headers(),
+            timeout=self._settings.timeout_s,
+        )
+        outbound.check(self.service, response)
+        return outbound.json_body(self.service, response)
 
 
 class OllamaEmbedder(_HttpEmbedder):
@@ -192,3 +191,26 @@ def build_embedder(settings: Settings, http: httpx.Client | None) -> Embedder:
     if cfg.provider == "ollama":
         return OllamaEmbedder(http, cfg)
     return OpenAIEmbedder(http, cfg)
+
+
+def check_vector(service: str, vector: object, dimension: int) -> list[float]:
+    """A vector of ``dimension`` finite floats, L2-normalised; anything else fails loudly."""
+    if not isinstance(vector, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in vector
+    ):
+        raise PermanentError("returned something that is not a vector of numbers", service=service)
+    if len(vector) != dimension:
+        raise IndexMismatchError(
+            f"returned a {len(vector)}-d vector but the index is {dimension}-d; "
+            "the service runs another model than the one configured",
+            service=service,
+        )
+    return normalise([float(x) for x in vector], service)
+
+
+def normalise(vector: Sequence[float], service: str) -> list[float]:
+    """The vector scaled to unit length; a zero or non-finite vector is a bad payload."""
+    norm = math.sqrt(math.fsum(x * x for x in vector))
+    if not math.isfinite(norm) or norm == 0.0:
+        raise PermanentError("returned a zero or non-finite vector", service=service)
+    return [x / norm for x in vector]

@@ -9,15 +9,14 @@ error propagates. Everything else (400/413/422 → ValidationError, 401/403 → 
 NotFoundError, a malformed body, an empty completion cut by ``max_tokens``) is a PermanentError. A
 completion cut by ``max_tokens`` loses its unfinished last sentence, so no half sentence is posted.
 
-Error bodies differ between servers and are parsed defensively: nested ``{"error": {"message", "type",
-"code"}}`` (OpenAI, Ollama, vLLM, llama.cpp), flat ``{"object": "error", "message", "type", "code"}``
-(older vLLM), ``{"error": "text"}`` (Ollama's native API), or plain text. Server messages can quote the
-prompt, so they are logged at DEBUG only; the API key is never logged.
+Statuses, transport failures, ``Retry-After`` and error bodies (nested ``{"error": {"message", "type",
+"code"}}``, flat ``{"object": "error", ...}``, ``{"error": "text"}``, plain text) are mapped by
+``worker.clients.http``, the one outbound call path. Server messages can quote the prompt, so they are
+kept out of the errors' text (``redact``) and logged at DEBUG only; the API key is never logged.
 """
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import re
 import time
@@ -27,14 +26,11 @@ from typing import Any
 import httpx
 from prometheus_client import Counter
 
+from worker.clients import http as outbound
 from worker.domain import Completion, Usage
 from worker.errors import (
-    AuthError,
-    CitebotError,
     ConfigError,
-    NotFoundError,
     PermanentError,
-    RateLimitedError,
     ServiceUnavailableError,
     TransientError,
     ValidationError,
@@ -58,43 +54,6 @@ def chat_completions_url(base_url: str) -> str:
     if not base.endswith("/v1"):
         base += "/v1"
     return base + "/chat/completions"
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date); None if absent/bad."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def error_message(response: httpx.Response) -> tuple[str, str | None]:
-    """(message, type) from any of the error shapes the servers use; never raises."""
-    try:
-        body: Any = response.json()
-    except ValueError:
-        return response.text.strip()[:300] or response.reason_phrase, None
-    if isinstance(body, Mapping):
-        err = body.get("error")
-        if isinstance(err, Mapping):
-            return str(err.get("message") or err)[:300], _str_or_none(err.get("type"))
-        if isinstance(err, str):
-            return err[:300], _str_or_none(body.get("type"))
-        if "message" in body:
-            return str(body["message"])[:300], _str_or_none(body.get("type"))
-    return str(body)[:300], None
-
-
-def _str_or_none(value: object) -> str | None:
-    return None if value is None else str(value)
 
 
 class OpenAIChatClient:
@@ -161,44 +120,24 @@ class OpenAIChatClient:
         key = self._settings.api_key.get_secret_value()
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        try:
-            response = self._http.post(
-                self._url, json=payload, headers=headers, timeout=self._settings.timeout_s
+        response = outbound.send(
+            self._http,
+            SERVICE,
+            "POST",
+            self._url,
+            json=payload,
+            headers=headers,
+            timeout=self._settings.timeout_s,
+            outcome=lambda outcome: LLM_REQUESTS.labels(outcome=outcome).inc(),
+        )
+        if not response.is_success:
+            body = outbound.error_body(response)
+            log.debug(
+                "LLM error body: HTTP %d type=%s message=%s", response.status_code, body.kind, body.message
             )
-        except httpx.TimeoutException:
-            LLM_REQUESTS.labels(outcome="timeout").inc()
-            raise ServiceUnavailableError("timed out", service=SERVICE) from None
-        except httpx.TransportError as exc:
-            LLM_REQUESTS.labels(outcome="unreachable").inc()
-            raise ServiceUnavailableError(f"unreachable ({type(exc).__name__})", service=SERVICE) from None
-        status = response.status_code
-        LLM_REQUESTS.labels(outcome=str(status)).inc()
-        if status >= 400:
-            raise self._status_error(response)
-        try:
-            return response.json()
-        except ValueError:
-            raise PermanentError("response is not JSON", service=SERVICE, status=status) from None
-
-    def _status_error(self, response: httpx.Response) -> CitebotError:
-        status = response.status_code
-        message, kind = error_message(response)
-        log.debug("LLM error body: HTTP %d type=%s message=%s", status, kind, message)
-        summary = f"HTTP {status}" + (f" {kind}" if kind else "")
-        if status == 429:
-            retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            return RateLimitedError("rate limited", service=SERVICE, status=status, retry_after=retry_after)
-        if status >= 500 or status == 408:
-            return ServiceUnavailableError(summary, service=SERVICE, status=status)
-        if status in (401, 403):
-            return AuthError("key refused", service=SERVICE, status=status)
-        if status == 404:
-            return NotFoundError(
-                "model or route not found", service=SERVICE, status=status, details=(message,)
-            )
-        if status in (400, 413, 422):
-            return ValidationError("request rejected", service=SERVICE, status=status, details=(message,))
-        return PermanentError(summary, service=SERVICE, status=status, details=(message,))
+        # Server messages can quote the prompt: they stay in ``details``, out of the error's text.
+        outbound.check(SERVICE, response, redact=True)
+        return outbound.json_body(SERVICE, response)
 
     def _parse(self, body: Any) -> Completion:
         if not isinstance(body, Mapping):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from worker.clients.model_http import parse_json, status_error, transport_error
+from worker.clients import http as outbound
 from worker.errors import CitebotError, ConfigError, PermanentError, ServiceUnavailableError, ValidationError
 from worker.protocols import Reranker
 from worker.settings import RerankerSettings
@@ -107,13 +107,11 @@ class TeiReranker(Reranker):
 
     def _request(self, method: str, path: str, payload: object | None, timeout: float) -> object:
         """One call; transport failures and non-2xx answers become our error types."""
-        try:
-            response = self._http.request(method, self._base_url + path, json=payload, timeout=timeout)
-        except httpx.HTTPError as exc:
-            raise transport_error(SERVICE, exc) from None
-        if not response.is_success:
-            raise status_error(SERVICE, response)
-        return parse_json(SERVICE, response)
+        response = outbound.send(
+            self._http, SERVICE, method, self._base_url + path, json=payload, timeout=timeout
+        )
+        outbound.check(SERVICE, response)
+        return outbound.json_body(SERVICE, response)
 
 
 def _remaining(deadline: float) -> float:

@@ -183,9 +183,10 @@ def test_bad_payloads_are_permanent(body: object) -> None:
         TeiEmbedder(client(lambda r: httpx.Response(200, json=body)), cfg()).embed(["a"])
 
 
-def test_non_json_success_is_permanent() -> None:
+def test_non_json_success_is_transient() -> None:
+    """A proxy's page or a restarting server: retried, as from every service (worker/clients/http.py)."""
     respond = lambda r: httpx.Response(200, text="<html>proxy</html>")  # noqa: E731
-    with pytest.raises(PermanentError, match="not JSON"):
+    with pytest.raises(ServiceUnavailableError, match="not JSON"):
         TeiEmbedder(client(respond), cfg()).embed(["a"])
 
 
