@@ -12,8 +12,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from backfill.html_text import html_to_text
 from backfill.sources import SourcePost
+from worker.html_text import html_to_text
 
 # Bump when the text recipe changes: every digest changes with it, so the next run re-embeds everything.
 STRATEGY_VERSION = "post-v1"

@@ -50,8 +50,8 @@ from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
 from worker.question import extract_question, question_for
 from worker.retrieval.pipeline import Retriever
-from worker.retrieval.trace import Trace
 from worker.settings import Settings
+from worker.trace import Trace
 
 log = logging.getLogger(__name__)
 

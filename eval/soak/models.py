@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from worker.clients.fakes import FakeEmbedder, tei_embed_body, tei_rerank_body
+from worker.testing.models import FakeEmbedder, tei_embed_body, tei_rerank_body
 
 MODEL = "soak-model"
 DIMENSION = 8

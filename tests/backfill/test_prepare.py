@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from backfill.html_text import CODE_BLOCK_CHARS, html_to_text
 from backfill.prepare import Preparer, Truncator, compose_text, digest, ineligibility
 from tests.backfill.conftest import make_post
+from worker.html_text import CODE_BLOCK_CHARS, html_to_text
 
 QUOTE = (
     '<aside class="quote no-group" data-username="bob" data-post="2" data-topic="7">\n'

@@ -15,9 +15,9 @@ from eval.evaluation.safety import (
     sources_for,
 )
 from gate import Gate
-from worker.generation.fakes import FakeChatModel
 from worker.generation.offline import OfflineGenerator
 from worker.generation.prompt import build_prompt
+from worker.testing.chat import FakeChatModel
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 
 from worker.cli import main
-from worker.clients.fakes import FakeEmbedder
+from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration
 

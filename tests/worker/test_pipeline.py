@@ -12,18 +12,18 @@ from psycopg_pool import ConnectionPool
 
 from gate import Gate
 from tests.conftest import make_settings
-from tests.worker.fake_forum import FakeForum
 from worker import answers
-from worker.clients.fakes import FakeEmbedder, FakeReranker
 from worker.db.connect import open_pool
 from worker.errors import RateLimitedError, ServiceUnavailableError
 from worker.flags import FlagReader
-from worker.generation.fakes import FakeChatModel
 from worker.generation.offline import OfflineGenerator
 from worker.pipeline import AnswerPipeline
 from worker.protocols import ChatModel
 from worker.retrieval.factory import build_retriever
 from worker.settings import Settings
+from worker.testing.chat import FakeChatModel
+from worker.testing.forum import FakeForum
+from worker.testing.models import FakeEmbedder, FakeReranker
 
 pytestmark = pytest.mark.integration
 

@@ -33,9 +33,9 @@ from worker.retrieval.keyword import KeywordResult, keyword_search
 from worker.retrieval.recall import PostIndex
 from worker.retrieval.rerank import rerank_candidates
 from worker.retrieval.terms import TermSelector
-from worker.retrieval.trace import Trace
 from worker.retrieval.zones import assign_zone
 from worker.settings import RetrievalSettings
+from worker.trace import Trace
 
 log = logging.getLogger(__name__)
 

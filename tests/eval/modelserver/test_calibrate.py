@@ -62,7 +62,7 @@ def test_committed_calibration_keeps_the_thresholds_meaning() -> None:
 def test_the_model_service_modules_import_no_heavy_library() -> None:
     code = (
         "import sys, worker.commands.models, worker.clients.embeddings, worker.clients.tei, "
-        "worker.clients.local_embedder, worker.clients.fakes\n"
+        "worker.clients.local_embedder, worker.testing.models\n"
         "heavy = {'torch', 'sentence_transformers', 'transformers', 'starlette', 'uvicorn'}\n"
         "heavy &= set(sys.modules)\n"
         "print(sorted(heavy))"

@@ -10,7 +10,6 @@ import httpx
 import pytest
 
 from worker.clients.embeddings import OllamaEmbedder, OpenAIEmbedder, TeiEmbedder, build_embedder
-from worker.clients.fakes import FakeEmbedder
 from worker.errors import (
     AuthError,
     ConfigError,
@@ -23,6 +22,7 @@ from worker.errors import (
 )
 from worker.protocols import Embedder
 from worker.settings import EmbeddingsSettings, Settings
+from worker.testing.models import FakeEmbedder
 
 BASE = "http://embed.test"
 DIM = 8

@@ -10,7 +10,6 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from worker.clients.fakes import FakeReranker, overlap_logit
 from worker.clients.tei import TeiReranker, rerank_texts
 from worker.errors import (
     ConfigError,
@@ -21,6 +20,7 @@ from worker.errors import (
 )
 from worker.protocols import Reranker
 from worker.settings import RerankerSettings
+from worker.testing.models import FakeReranker, overlap_logit
 
 BASE = "http://tei.test"
 

@@ -6,8 +6,8 @@ import pytest
 
 from worker.domain import Completion, Usage
 from worker.errors import ServiceUnavailableError
-from worker.generation.fakes import FakeChatModel
 from worker.protocols import ChatModel
+from worker.testing.chat import FakeChatModel
 
 MESSAGES = [{"role": "system", "content": "be nice"}, {"role": "user", "content": "hello there"}]
 

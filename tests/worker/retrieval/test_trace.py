@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from worker.retrieval.trace import Trace
+from worker.trace import Trace
 
 
 def ticking(step: float) -> Iterator[float]:

@@ -1,0 +1,9 @@
+"""Fakes of the external services, shipped with the package like dramatiq's ``StubBroker``.
+
+Real implementations of the protocols in ``worker.protocols`` (state, recorded calls, fault switches),
+held to the same contract suites as the real clients (``tests/contracts/``):
+
+- ``models``: ``FakeEmbedder``, ``FakeReranker`` and the TEI ``/embed`` and ``/rerank`` bodies;
+- ``chat``: ``FakeChatModel``;
+- ``forum``: ``FakeForum``.
+"""
