@@ -115,6 +115,16 @@ def claim_stale(
     return sorted((int(r[0]), int(r[1]), int(r[2])) for r in rows)
 
 
+def record_author(
+    conn: psycopg.Connection[Any], post_id: int, user_id: int, username: str, post_number: int
+) -> None:
+    """Fill in who asked and where, once the post is read (a row claimed from a webhook lacks them)."""
+    conn.execute(
+        "UPDATE answers SET user_id = %s, username = %s, post_number = %s WHERE post_id = %s",
+        (user_id, username, post_number, post_id),
+    )
+
+
 def record_error(conn: psycopg.Connection[Any], post_id: int, error: str) -> None:
     """Note why the last attempt failed, leaving the state as it is (the job will be retried)."""
     conn.execute("UPDATE answers SET error = %s, updated_at = now() WHERE post_id = %s", (error, post_id))

@@ -28,7 +28,6 @@ not post twice. A redelivered message for a finished row does nothing.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +44,7 @@ from worker.domain import ForumPost, Source, Zone
 from worker.errors import CitebotError, NotFoundError, PermanentError, TransientError
 from worker.flags import FlagReader
 from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
+from worker.html_text import html_to_text
 from worker.limits import RateLimiter
 from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
@@ -54,8 +54,6 @@ from worker.settings import Settings
 from worker.trace import Trace
 
 log = logging.getLogger(__name__)
-
-_TAG = re.compile(r"<[^>]+>")
 
 # Key space of the per-question advisory locks (two-int form: class, post id).
 ANSWER_LOCK_CLASS = 0x43425431
@@ -160,10 +158,7 @@ class AnswerPipeline:
             answers.transition(conn, post_id, ["queued", "retrieved"], "skipped", error="post gone or hidden")
             return Outcome(post_id, "skipped", "post gone or hidden")
         if row.user_id is None:
-            conn.execute(
-                "UPDATE answers SET user_id = %s, username = %s, post_number = %s WHERE post_id = %s",
-                (post.user_id, post.username, post.post_number, post_id),
-            )
+            answers.record_author(conn, post_id, post.user_id, post.username, post.post_number)
         if self.limiter is not None and row.state == "queued":
             limit = self.limiter.check(post_id=post_id, user_id=post.user_id, topic_id=post.topic_id)
             if not limit.allowed:
@@ -374,7 +369,7 @@ class AnswerPipeline:
         topic = self.forum.get_topic(post.topic_id)
         first = next((p for p in topic.posts if p.post_number == 1), None)
         first_raw = (
-            None if first is None else (first.raw if first.raw is not None else _strip_html(first.cooked))
+            None if first is None else (first.raw if first.raw is not None else html_to_text(first.cooked))
         )
         return question_for("", bot, topic.title or post.topic_title, first_raw)
 
@@ -414,10 +409,6 @@ def _looks_french(row: answers.Answer) -> bool:
     trace = row.trace or {}
     info = trace.get("info", {}) if isinstance(trace, dict) else {}
     return bool(isinstance(info, dict) and info.get("language") == "fr")
-
-
-def _strip_html(html: str) -> str:
-    return _TAG.sub(" ", html)
 
 
 __all__ = ["AnswerPipeline", "Outcome", "Zone"]

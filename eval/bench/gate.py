@@ -19,29 +19,26 @@ the process waited for a core, the CPU time only the gate's own work.
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import regex
-
 from eval.bench.report import emit, print_table
 from gate import Gate, normalize
+from worker.html_text import html_to_text
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data"
 PROBES = DATA / "gate-probes-dev.jsonl"
 FORUM = DATA / "urho3d"
-_TAGS = regex.compile(r"<[^>]*>")
 _NAIVE_WORDS = ("bomb", "explosive", "meth", "suicide", "keylogger", "ransomware", "dox", "phishing")
 
 
 def cooked_to_text(cooked: str) -> str:
-    """Discourse cooked HTML to plain text: tags dropped, entities decoded, blank runs collapsed."""
-    return " ".join(html.unescape(_TAGS.sub(" ", cooked)).split())
+    """Discourse cooked HTML to plain text on one line (``worker.html_text``, whitespace collapsed)."""
+    return " ".join(html_to_text(cooked).split())
 
 
 def probe_texts(path: Path = PROBES) -> list[str]:

@@ -11,7 +11,6 @@ sources 1–3.
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import re
 import statistics
@@ -22,14 +21,10 @@ from eval.bench.report import emit, print_table
 from worker.domain import Source
 from worker.generation.offline import OfflineGenerator
 from worker.generation.prompt import build_prompt
+from worker.html_text import html_to_text
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "urho3d"
-_TAG = re.compile(r"<[^>]+>")
 _MARKER = re.compile(r"\[\[([\d,\s]+)\]\]")
-
-
-def _text(cooked: str) -> str:
-    return re.sub(r"\s+\n", "\n", html.unescape(_TAG.sub(" ", cooked))).strip()
 
 
 def _load(data: Path, limit: int) -> list[tuple[str, Source]]:
@@ -52,7 +47,7 @@ def _load(data: Path, limit: int) -> list[tuple[str, Source]]:
                 post["post_number"],
                 topic["slug"],
                 topic["title"],
-                _text(post["cooked"])[:1500],
+                html_to_text(post["cooked"])[:1500],
             )
             out.append((row["question"], source))
             if len(out) >= limit:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -30,6 +29,7 @@ from eval.soak.relay import StormRelay, ThreadServer
 from eval.stack.postgres import EmbeddedPostgres, ensure_database, with_database
 from eval.stack.procs import CITEBOT, Child, Processes, tail
 from eval.stack.redis import RedisServer, free_port
+from worker.html_text import html_to_text
 from worker.webhook import WEBHOOK_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -320,7 +320,7 @@ def index_sample(db_url: str, export: Path) -> int:
         for path in sorted((export / "topics").glob("*.json")):
             topic = json.loads(path.read_text("utf-8"))
             for post in topic["post_stream"]["posts"]:
-                text = re.sub(r"<[^>]+>", "", post["cooked"])
+                text = html_to_text(post["cooked"])
                 conn.execute(
                     "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title,"
                     " category_id, text, digest, model, embedding)"

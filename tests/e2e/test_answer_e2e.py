@@ -33,6 +33,7 @@ from tests.eval.forum.serving import serve
 from worker.actors import DramatiqIntake, declare_actors
 from worker.broker import build_broker
 from worker.clients.discourse import DiscourseClient
+from worker.html_text import html_to_text
 from worker.runtime import Runtime
 from worker.settings import Settings
 from worker.webhook import WEBHOOK_PATH, create_app
@@ -139,7 +140,7 @@ def _index_export(db_url: str, export: Path) -> None:
         for path in sorted((export / "topics").glob("*.json")):
             topic = json.loads(path.read_text())
             for post in topic["post_stream"]["posts"]:
-                text = re.sub(r"<[^>]+>", "", post["cooked"])
+                text = html_to_text(post["cooked"])
                 conn.execute(
                     "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title,"
                     " category_id, text, digest, model, embedding)"

@@ -29,6 +29,15 @@ def test_claim_creates_one_queued_row(db_url: str) -> None:
         assert conn.execute("SELECT count(*) FROM answers").fetchone() == (1,)
 
 
+def test_record_author_fills_in_a_webhook_claim(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        answers.claim(conn, 20, 3, None, 1, None, None, "webhook")
+        answers.record_author(conn, 20, 42, "alice", 5)
+        row = answers.get(conn, 20)
+        assert row is not None
+        assert (row.user_id, row.username, row.post_number, row.state) == (42, "alice", 5, "queued")
+
+
 def test_concurrent_claims_have_one_winner(db_url: str) -> None:
     results: list[bool] = []
     barrier = threading.Barrier(8)

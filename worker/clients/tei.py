@@ -30,13 +30,6 @@ SERVICE = "tei-rerank"
 _BATCH_LIMIT = re.compile(r"maximum allowed batch size (\d+)")
 
 
-def rerank_texts(title: str, text: str, excerpt_chars: int = 300) -> str:
-    """What the cross-encoder reads for one post: the topic title, a blank line, the post's start."""
-    excerpt = " ".join(text.split())[:excerpt_chars]
-    title = title.strip()
-    return f"{title}\n\n{excerpt}" if title else excerpt
-
-
 class TeiReranker(Reranker):
     """Scores (question, text) pairs with the cross-encoder a TEI server runs; logits in input order."""
 

@@ -30,11 +30,15 @@ class RerankOutcome:
     fallback: str | None = None
 
 
-def rerank_text(cand: Candidate, excerpt_chars: int = 300) -> str:
-    """What the cross-encoder reads for one post: the topic title, a blank line, the post's start."""
-    body = " ".join(post_body(cand).split())[:excerpt_chars]
-    title = cand.topic_title.strip()
-    return f"{title}\n\n{body}" if title else body
+def rerank_text(title: str, text: str, excerpt_chars: int = 300) -> str:
+    """What the cross-encoder reads for one post: the topic title, a blank line, the post's start.
+
+    The one definition: production (``rerank_candidates``), the model server's calibration and the eval
+    all build the pairs here, so the scorer is fitted on what it is later asked.
+    """
+    excerpt = " ".join(text.split())[:excerpt_chars]
+    title = title.strip()
+    return f"{title}\n\n{excerpt}" if title else excerpt
 
 
 def rerank_candidates(
@@ -49,7 +53,7 @@ def rerank_candidates(
     head, tail = list(candidates[:width]), list(candidates[width:])
     if not head:
         return RerankOutcome((), applied=False, fallback=None)
-    texts = [rerank_text(c, excerpt_chars) for c in head]
+    texts = [rerank_text(c.topic_title, post_body(c), excerpt_chars) for c in head]
     try:
         logits = reranker.rerank(question, texts)
     except (CitebotError, TimeoutError) as exc:

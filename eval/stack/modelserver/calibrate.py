@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import html.parser
 import json
 import logging
 import random
@@ -44,7 +43,8 @@ import numpy as np
 
 from eval.evaluation.datasets import URHO3D
 from eval.stack.modelserver.models import CALIBRATION_PATH, SHIPPED_MODEL_ID, EmbeddingModel
-from worker.clients.tei import rerank_texts
+from worker.html_text import html_to_text
+from worker.retrieval.rerank import rerank_text
 
 log = logging.getLogger(__name__)
 
@@ -71,34 +71,6 @@ _FRENCH = frozenset(
 )
 
 
-class _Text(html.parser.HTMLParser):
-    """Cooked HTML → text, without Discourse quote boxes (they repeat other posts)."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        classes = dict(attrs).get("class") or ""
-        if self._skip or (tag == "aside" and "quote" in classes.split()):
-            self._skip += 1
-
-    def handle_endtag(self, tag: str) -> None:
-        if self._skip:
-            self._skip -= 1
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip:
-            self.parts.append(data)
-
-
-def html_text(cooked: str) -> str:
-    parser = _Text()
-    parser.feed(cooked)
-    return " ".join(" ".join(parser.parts).split())
-
-
 @dataclass(frozen=True, slots=True)
 class Post:
     id: int
@@ -112,7 +84,7 @@ def load_posts(topic_file: Path) -> list[Post]:
     for p in topic["post_stream"]["posts"]:
         if p.get("post_type") != 1 or p.get("deleted_at") or p.get("hidden"):
             continue
-        out.append(Post(p["id"], topic["id"], rerank_texts(topic["title"], html_text(p["cooked"]), 300)))
+        out.append(Post(p["id"], topic["id"], rerank_text(topic["title"], html_to_text(p["cooked"]), 300)))
     return out
 
 

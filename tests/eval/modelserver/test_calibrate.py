@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from eval.stack.modelserver.calibrate import fit_logistic, html_text
+from eval.stack.modelserver.calibrate import fit_logistic
 from eval.stack.modelserver.models import (
     CALIBRATION_PATH,
     SHIPPED_MODEL_ID,
@@ -37,14 +37,6 @@ def test_weights_shift_only_the_intercept_by_the_log_prior_ratio() -> None:
     a2, b2 = fit_logistic(x, y, np.where(y == 1, 0.2, 0.8))  # prior 20 % relevant
     assert a2 == pytest.approx(a1, rel=0.03)  # equal-variance classes: the slope does not depend on the prior
     assert (b2 + a2 * 0.45) - (b1 + a1 * 0.45) == pytest.approx(np.log(0.2 / 0.8), abs=0.05)
-
-
-def test_html_text_drops_quote_boxes_and_tags() -> None:
-    cooked = (
-        '<aside class="quote no-group"><div class="title">bob:</div><blockquote><p>old text</p></blockquote>'
-        "</aside><p>Use <code>SetCastShadows(true)</code> &amp; retry.</p>"
-    )
-    assert html_text(cooked) == "Use SetCastShadows(true) & retry."
 
 
 def test_committed_calibration_keeps_the_thresholds_meaning() -> None:

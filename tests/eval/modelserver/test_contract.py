@@ -11,17 +11,18 @@ import pytest
 from eval.stack.modelserver.models import BiEncoderScorer, EmbeddingModel
 from eval.stack.modelserver.server import ModelServerThread
 from worker.clients.embeddings import TeiEmbedder
-from worker.clients.tei import TeiReranker, rerank_texts
+from worker.clients.tei import TeiReranker
 from worker.errors import ServiceUnavailableError
+from worker.retrieval.rerank import rerank_text
 from worker.settings import EmbeddingsSettings, RerankerSettings
 
 QUESTION = "My physics objects fall through the terrain, how do I add a collision shape?"
-RELEVANT = rerank_texts(
+RELEVANT = rerank_text(
     "Objects falling through terrain",
     "Add a CollisionShape component with SetTerrain() next to the RigidBody on the terrain node; "
     "without a collision shape the physics world has nothing to collide with.",
 )
-IRRELEVANT = rerank_texts(
+IRRELEVANT = rerank_text(
     "Changing the window title",
     "Call graphics->SetWindowTitle() after the engine is initialised to rename the application window.",
 )

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from worker.clients.tei import TeiReranker, rerank_texts
+from worker.clients.tei import TeiReranker
 from worker.errors import (
     ConfigError,
     PermanentError,
@@ -208,14 +208,6 @@ def test_malformed_answers_are_permanent(ranks: object) -> None:
 def test_base_url_is_required() -> None:
     with pytest.raises(ConfigError, match="RERANKER__BASE_URL"):
         TeiReranker(httpx.Client(), RerankerSettings())  # type: ignore[call-arg]
-
-
-def test_rerank_texts_is_title_then_the_posts_start() -> None:
-    text = "First   line\nsecond line " + "x" * 400
-    built = rerank_texts("How to X?", text, 30)
-    assert built == "How to X?\n\nFirst line second line xxxxxxx"
-    assert len(built.split("\n\n")[1]) == 30
-    assert rerank_texts("", "just text") == "just text"
 
 
 def test_fake_reranker_scores_by_overlap_and_records() -> None:

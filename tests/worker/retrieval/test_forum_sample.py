@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator, Sequence
-from html import unescape
 from typing import Any
 
 import psycopg
@@ -24,6 +22,7 @@ from tests.services import unavailable
 from tests.worker.retrieval.doubles import CannedSearch, insert_post
 from worker.db.migrate import migrate
 from worker.domain import EmbedKind
+from worker.html_text import html_to_text
 from worker.protocols import Embedder
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
@@ -61,8 +60,7 @@ class MiniLM(Embedder):
 
 
 def plain(cooked: str) -> str:
-    text = re.sub(r"<aside.*?</aside>", " ", cooked, flags=re.DOTALL)
-    return " ".join(unescape(re.sub(r"<[^>]+>", " ", text)).split())
+    return " ".join(html_to_text(cooked).split())
 
 
 def load_topic(topic_id: int) -> dict[str, Any]:

@@ -5,6 +5,7 @@ import pytest
 from tests.worker.retrieval.doubles import CannedSearch, ScriptedReranker, hit
 from worker.domain import Candidate
 from worker.errors import ServiceUnavailableError, ValidationError
+from worker.retrieval.aggregate import post_body
 from worker.retrieval.keyword import hits_to_candidates, keyword_search
 from worker.retrieval.rerank import rerank_candidates, rerank_text
 from worker.retrieval.terms import DocFrequencies, TermSelector
@@ -67,11 +68,18 @@ def by_number(text: str) -> float:
 
 def test_rerank_text_is_title_and_the_first_excerpt_chars_of_the_post() -> None:
     long_body = "word " * 200
-    text = rerank_text(cand(1, long_body), 300)
+    c = cand(1, long_body)
+    text = rerank_text(c.topic_title, post_body(c), 300)
     title, body = text.split("\n\n")
     assert title == "Title 1"
     assert len(body) == 300
     assert "Tags" not in text
+
+
+def test_rerank_text_collapses_whitespace_and_drops_an_empty_title() -> None:
+    built = rerank_text("How to X?", "First   line\nsecond line " + "x" * 400, 30)
+    assert built == "How to X?\n\nFirst line second line xxxxxxx"
+    assert rerank_text("", "just text") == "just text"
 
 
 def test_rerank_orders_by_logit_and_leaves_the_tail_unscored() -> None:
