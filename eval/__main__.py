@@ -38,6 +38,12 @@ def _common(p: argparse.ArgumentParser, *, forum_required: bool) -> None:
     )
     p.add_argument("--limit", type=int, help="only the first N questions (smoke runs)")
     p.add_argument(
+        "--no-short",
+        dest="short",
+        action="store_false",
+        help="do not add the first-sentence form of each answerable question",
+    )
+    p.add_argument(
         "--cache", type=Path, default=ROOT / ".cache" / "eval-pg", help="embedded PostgreSQL data folder"
     )
 
@@ -51,6 +57,12 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("retrieval", help="retrieval metrics of each configuration, calibration, report")
     _common(r, forum_required=True)
     r.add_argument("--out", type=Path, required=True, help="folder for results.json, report.md and plots")
+    r.add_argument(
+        "--write-thresholds",
+        action="store_true",
+        help="record the zone thresholds calibrated on the fit half for this reranker "
+        "(worker/retrieval/zone_thresholds.json)",
+    )
     pr = sub.add_parser("probes", help="the safety probes alone")
     pr.add_argument("--out", type=Path, help="write probes.json here")
     n = sub.add_parser("nightly", help="retrieval eval + calibration + probes; floors and regressions")
@@ -131,6 +143,8 @@ def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
         out=getattr(args, "out", None) or ROOT / "eval" / "results" / "tmp",
         cache=args.cache,
         limit=args.limit,
+        short=args.short,
+        write_thresholds=getattr(args, "write_thresholds", False),
     )
 
 

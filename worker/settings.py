@@ -162,13 +162,25 @@ class RetrievalSettings(BaseModel):
         "relaxed_order", description="pgvector iterative scan, so filtered queries still fill recall_k."
     )
     max_scan_tuples: int = Field(20000, ge=100, description="`hnsw.max_scan_tuples` for iterative scans.")
-    abstain_below: float = Field(-4.0, description="Top-1 rerank logit below which the bot abstains.")
-    weak_below: float = Field(0.0, description="Top-1 rerank logit below which evidence is called weak.")
+    abstain_below: float | None = Field(
+        None,
+        description="Top-1 score below which the bot abstains; unset: the value calibrated for the "
+        "reranker the worker talks to (worker/retrieval/zone_thresholds.json), -4 for a cross-encoder.",
+    )
+    weak_below: float | None = Field(
+        None,
+        description="Top-1 score below which evidence is called weak; unset: calibrated per reranker, "
+        "0 for a cross-encoder.",
+    )
     index_check_ttl_s: float = Field(60.0, ge=0, description="Cache of the 'index is empty' check.")
 
     @model_validator(mode="after")
     def _zones(self) -> RetrievalSettings:
-        if self.abstain_below > self.weak_below:
+        if (
+            self.abstain_below is not None
+            and self.weak_below is not None
+            and self.abstain_below > self.weak_below
+        ):
             raise ValueError("abstain_below must not be above weak_below")
         return self
 

@@ -253,10 +253,6 @@ class Demo:
             "CITEBOT_RERANKER__BASE_URL": models,
             # The local scorer on a shared 2-core machine can take a few seconds under load.
             "CITEBOT_RERANKER__TIMEOUT_S": "20",
-            # The local stand-in scores with a calibrated bi-encoder, whose off-topic questions rarely
-            # fall below -4: the eval's calibration proposes -0.48 for it (docs/eval.md, zone calibration).
-            # A real TEI cross-encoder keeps the spec's default of -4.
-            "CITEBOT_RETRIEVAL__ABSTAIN_BELOW": "-0.48",
             "CITEBOT_FLAGS__CACHE_TTL_S": "5",
         } | {k: v for k, v in os.environ.items() if k.startswith("CITEBOT_LLM__")}
 

@@ -7,12 +7,17 @@ hidden from retrieval for that question, e.g. its own first post) and ``tags``. 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 OUT_OF_DOMAIN = "out_of_domain"
+NEAR_DOMAIN = "near_domain"
+SHORT = "short"  # a question cut to its first sentence (derived by ``short_form``)
+SHORT_CHARS = 160
 
 # The workplace's shared folder sits beside the checkout (CI copies it there too).
 SHARED = Path(__file__).resolve().parents[3] / "shared"
@@ -39,6 +44,72 @@ class Question:
     @property
     def answerable(self) -> bool:
         return not self.out_of_domain and bool(self.gold_post_ids or self.gold_topic_ids)
+
+    @property
+    def half(self) -> str:
+        return half_of(self.id)
+
+    @property
+    def slice(self) -> str:
+        return slice_of(self.tags)
+
+
+def half_of(question_id: str) -> str:
+    """``fit`` or ``test``: a fixed split by a hash of the id (a question's short form stays in the half
+    of its long form). Whatever the eval fits (second-stage weights, zone thresholds) is fitted on
+    ``fit``; the figures that judge it are read on ``test``."""
+    base = question_id.removesuffix("/short")
+    return "fit" if hashlib.sha256(base.encode()).digest()[0] % 2 == 0 else "test"
+
+
+def slice_of(tags: Sequence[str]) -> str:
+    """The group a report shows apart: ``long`` / ``short`` (answerable), ``ood`` / ``near_domain``."""
+    if OUT_OF_DOMAIN in tags:
+        return NEAR_DOMAIN if NEAR_DOMAIN in tags else "ood"
+    return SHORT if SHORT in tags else "long"
+
+
+# Greetings and thanks that open a post and say nothing about the question.
+_GREETING = re.compile(
+    r"^\s*(?:(?:hi|hello|hey|greetings|good (?:morning|evening|day)|dear \w+|bonjour|salut|hi all|"
+    r"hello all|hello everyone|hi everyone|hi guys|hello guys|hi folks|hey guys|thanks?(?: you)?|"
+    r"first of all|so|ok|well)\b[\s,!.:;\-–—]*(?:all|everyone|everybody|guys|folks|there|people)?"
+    r"[\s,!.:;\-–—]*)+",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.?!])\s+|\n+")
+_MIN_WORDS = 4
+
+
+def first_sentence(text: str, limit: int = SHORT_CHARS) -> str:
+    """The question as a member would write it to a bot: the first sentence of the post that says
+    something (greetings dropped; a sentence under four words takes the next one with it), cut at a
+    word to at most ``limit`` characters."""
+    parts = [p.strip() for p in _SENTENCE_END.split(text) if p and p.strip()]
+    out = ""
+    for part in parts:
+        part = _GREETING.sub("", part).strip()
+        if not part or (not out and len(part.split()) < 2 and not part.endswith("?")):
+            continue
+        out = f"{out} {part}".strip()
+        if len(out.split()) >= _MIN_WORDS:
+            break
+    out = " ".join(out.split()) or " ".join(text.split())
+    if len(out) <= limit:
+        return out
+    cut = out[: limit + 1].rsplit(" ", 1)[0]
+    return cut if cut else out[:limit]
+
+
+def short_form(q: Question) -> Question:
+    """An answerable question cut to its first sentence (id ``<id>/short``, tag ``short``)."""
+    tags = (*(t for t in q.tags if t != "answerable"), SHORT)
+    return replace(q, id=f"{q.id}/short", question=first_sentence(q.question), tags=tags)
+
+
+def with_short_forms(questions: Sequence[Question]) -> list[Question]:
+    """``questions`` plus the short form of each answerable one."""
+    return [*questions, *(short_form(q) for q in questions if q.answerable)]
 
 
 def _ints(value: object, field: str, where: str) -> tuple[int, ...]:

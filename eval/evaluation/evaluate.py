@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eval.evaluation.configs import Config
-from eval.evaluation.datasets import Question
+from eval.evaluation.datasets import Question, half_of, slice_of
 from eval.evaluation.metrics import first_rank, hit_at, mean, mrr_at, ndcg_at, percentile, recall_hit
 from worker.errors import CitebotError
 from worker.retrieval.pipeline import RetrievalResult, Retriever
@@ -46,6 +46,7 @@ METRICS = (
     "post_ndcg@10",
     "recall@25",
     "evidence_hit@5",
+    "cited_accepted",
 )
 
 GoldPositions = Mapping[int, tuple[int, int]]  # post_id -> (topic_id, post_number)
@@ -122,6 +123,8 @@ def score(result: RetrievalResult, q: Question, gold: GoldPositions) -> dict[str
         "post_ndcg@10": ndcg_at(posts, gp, 10),
         "recall@25": recall_hit(posts[:RECALL_WIDTH], gp),
         "evidence_hit@5": recall_hit(evidence_posts(result, 5, by_position), gp),
+        # an accepted answer among the sources the bot cites (what a member reads as [n])
+        "cited_accepted": recall_hit([s.post_id for s in result.sources], gp),
     }
 
 
@@ -256,4 +259,34 @@ def abstention(
             "answerable_abstained_rate": round(ans_abstained / len(ans), 4) if ans else 0.0,
             "rerank_fallbacks": sum(1 for o in rows if any(f.startswith("rerank") for f in o.fallbacks)),
         }
+    return out
+
+
+SLICE_METRICS = ("topic_hit@1", "topic_hit@5", "post_hit@5", "post_hit@10", "recall@25", "cited_accepted")
+
+
+def slices(outcomes: Sequence[Outcome], configs: Sequence[Config]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per configuration and per ``<slice>/<half>`` (slices ``long``, ``short``; halves ``fit``,
+    ``test``, ``all``): the answerable questions' main metrics, and every slice's abstention
+    (``ood``, ``near_domain``: abstained share; answerable slices: abstained share too)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for config in configs:
+        rows = [o for o in outcomes if o.config == config.name and o.error is None]
+        groups: dict[str, list[Outcome]] = {}
+        for o in rows:
+            name = slice_of(o.tags)
+            for half in (half_of(o.question_id), "all"):
+                groups.setdefault(f"{name}/{half}", []).append(o)
+        table: dict[str, dict[str, float]] = {}
+        for key in sorted(groups):
+            group = groups[key]
+            row: dict[str, float] = {"n": len(group)}
+            if group[0].answerable:
+                for m in SLICE_METRICS:
+                    values = [o.metrics[m] for o in group if m in o.metrics]
+                    if values:
+                        row[m] = round(mean(values), 4)
+            row["abstained"] = round(sum(o.zone == "abstain" for o in group) / len(group), 4)
+            table[key] = row
+        out[config.name] = table
     return out

@@ -16,16 +16,17 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eval.evaluation.configs import Config
-from eval.evaluation.datasets import Question, load_questions
-from eval.evaluation.evaluate import Outcome, abstention, run_questions, summarize
+from eval.evaluation.datasets import Question, load_questions, with_short_forms
+from eval.evaluation.evaluate import Outcome, abstention, run_questions, slices, summarize
 from eval.evaluation.report import abstention_table, configs_table, plot_configs, plot_latency, write_json
 from eval.evaluation.thresholds import calibrate, plot_calibration
 from eval.stack.services import CACHE, EmbeddedStack, configured_settings, index_export
+from worker.retrieval.zones import thresholds_for, write_thresholds
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class RetrievalRun:
     services: str = "auto"  # auto: configured when CITEBOT_DATABASE__URL and DISCOURSE__BASE_URL are set
     server_url: str | None = None  # embedded services on this PostgreSQL server instead of ``cache``
     extra_meta: dict[str, Any] = field(default_factory=dict)
+    short: bool = True  # add each answerable question's first sentence (``eval.datasets.short_form``)
+    write_thresholds: bool = False  # record the thresholds calibrated on the fit half for this scorer
 
 
 def gold_positions(conn: Any, questions: Sequence[Question]) -> dict[int, tuple[int, int]]:
@@ -106,6 +109,8 @@ def evaluate_with(
                 "question_posts_hidden_from_forum": hidden is not None,
                 "reranker": getattr(retriever.reranker, "name", None),
                 "served_model": getattr(retriever.reranker, "served_model", None),
+                "scorer": getattr(retriever.reranker, "reranker_id", None),
+                "thresholds": asdict(retriever.thresholds()),
             }
     finally:
         conn.close()
@@ -116,15 +121,17 @@ def evaluate_with(
 def build_results(
     outcomes: Sequence[Outcome], configs: Sequence[Config], settings: Settings, meta: dict[str, Any]
 ) -> dict[str, Any]:
-    r = settings.retrieval
+    limits = meta.get("thresholds") or asdict(thresholds_for(None))
+    abstain_below, weak_below = float(limits["abstain_below"]), float(limits["weak_below"])
     full = [o for o in outcomes if o.config == "posts+keyword+rerank"] or [
         o for o in outcomes if any(c.name == o.config and c.use_rerank and c.use_posts for c in configs)
     ]
     return {
         "meta": meta,
         "configs": summarize(outcomes, configs),
-        "abstention": abstention(outcomes, configs, r.abstain_below, r.weak_below),
-        "calibration": calibrate(full, r.abstain_below, r.weak_below),
+        "slices": slices(outcomes, configs),
+        "abstention": abstention(outcomes, configs, abstain_below, weak_below),
+        "calibration": calibrate(full, abstain_below, weak_below),
         "per_question": [o.as_dict() for o in outcomes],
     }
 
@@ -199,8 +206,10 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
     """Index, evaluate, write the report; returns the results (also in ``run.out/results.json``)."""
     # A stable interleaved order (by a hash of the id): an interrupted run still reports a fair mix of
     # the files' questions, out-of-domain ones included.
+    loaded = load_questions(list(run.questions))
     questions = sorted(
-        load_questions(list(run.questions)), key=lambda q: hashlib.sha256(q.id.encode()).digest()
+        with_short_forms(loaded) if run.short else loaded,
+        key=lambda q: hashlib.sha256(q.id.encode()).digest(),
     )
     if run.limit is not None:
         questions = questions[: run.limit]
@@ -252,5 +261,29 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
         **run.extra_meta,
     }
     results = build_results(outcomes, run.configs, settings, meta)
+    if run.write_thresholds:
+        record_thresholds(results)
     write_report(results, run.out)
     return results
+
+
+def record_thresholds(results: dict[str, Any]) -> None:
+    """Write the thresholds proposed from the fit half, with their held-out figures, for the run's
+    scorer into ``worker/retrieval/zone_thresholds.json`` (what the worker loads for that scorer)."""
+    scorer = results["meta"].get("scorer")
+    held = (results.get("calibration") or {}).get("heldout") or {}
+    if not scorer or not held:
+        raise ValueError("--write-thresholds needs a reranking configuration whose reranker names itself")
+    prop = held["proposed"]
+    figures = {
+        "fitted": results["meta"]["date"],
+        "data": ", ".join(Path(q).name for q in results["meta"]["questions"])
+        + f" (fit half; forum {results['meta']['forum']}, {results['meta']['posts_indexed']} posts)",
+        "heldout_test_half": {
+            "ood_recall": prop["ood_recall"],
+            "answerable_abstained_rate": prop["answerable_abstained_rate"],
+            "slices": held["slices_proposed"],
+        },
+    }
+    write_thresholds(scorer, prop["abstain_below"], prop["weak_below"], figures)
+    log.info("zone thresholds for %s written: %.3f / %.3f", scorer, prop["abstain_below"], prop["weak_below"])

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.evaluation.datasets import half_of, slice_of
 from eval.evaluation.evaluate import Outcome
 from eval.evaluation.metrics import percentile
 
@@ -63,10 +64,53 @@ def propose_weak(
     return None
 
 
-def calibrate(outcomes: Sequence[Outcome], abstain_below: float, weak_below: float) -> dict[str, Any]:
-    """Figures and proposed thresholds from one reranking configuration's outcomes."""
+def _points(outcomes: Sequence[Outcome]) -> tuple[list[tuple[float, bool]], list[float]]:
     ans = [(o.top_logit, o.topic_rank == 1) for o in outcomes if o.answerable and o.top_logit is not None]
     ood = [o.top_logit for o in outcomes if "out_of_domain" in o.tags and o.top_logit is not None]
+    return ans, ood
+
+
+def propose(outcomes: Sequence[Outcome], weak_below: float) -> tuple[float, float, bool]:
+    """(abstain_below, weak_below, weak found) proposed from ``outcomes``."""
+    ans, ood = _points(outcomes)
+    abstain = propose_abstain([v for v, _ in ans])
+    weak = propose_weak(ans, ood, abstain)
+    return abstain, weak if weak is not None else max(weak_below, abstain), weak is not None
+
+
+def slice_abstention(outcomes: Sequence[Outcome], abstain_below: float) -> dict[str, dict[str, float]]:
+    """Share of each slice (long, short, ood, near_domain) whose top-1 score is below ``abstain_below``."""
+    groups: dict[str, list[float]] = {}
+    for o in outcomes:
+        if o.top_logit is not None:
+            groups.setdefault(slice_of(o.tags), []).append(o.top_logit)
+    return {
+        name: {"n": len(v), "abstained": round(sum(x < abstain_below for x in v) / len(v), 4)}
+        for name, v in sorted(groups.items())
+    }
+
+
+def heldout(outcomes: Sequence[Outcome], abstain_below: float, weak_below: float) -> dict[str, Any]:
+    """Thresholds proposed from the ``fit`` half, judged on the untouched ``test`` half (per slice)."""
+    fit = [o for o in outcomes if half_of(o.question_id) == "fit"]
+    test = [o for o in outcomes if half_of(o.question_id) == "test"]
+    if not _points(fit)[0] or not _points(test)[0]:
+        return {}
+    abstain, weak, _ = propose(fit, weak_below)
+    ans, ood = _points(test)
+    return {
+        "fitted_on": "fit",
+        "judged_on": "test",
+        "proposed": _figures(ans, ood, abstain, weak),
+        "current": _figures(ans, ood, abstain_below, weak_below),
+        "slices_proposed": slice_abstention(test, abstain),
+        "slices_current": slice_abstention(test, abstain_below),
+    }
+
+
+def calibrate(outcomes: Sequence[Outcome], abstain_below: float, weak_below: float) -> dict[str, Any]:
+    """Figures and proposed thresholds from one reranking configuration's outcomes."""
+    ans, ood = _points(outcomes)
     if not ans:
         return {"answerable_n": 0, "ood_n": len(ood)}
     ans_values = [v for v, _ in ans]
@@ -83,6 +127,7 @@ def calibrate(outcomes: Sequence[Outcome], abstain_below: float, weak_below: flo
         "current": _figures(ans, ood, abstain_below, weak_below),
         "proposed": _figures(ans, ood, abstain, weak if weak is not None else max(weak_below, abstain)),
         "weak_found": weak is not None,
+        "heldout": heldout(outcomes, abstain_below, weak_below),
         "method": (
             f"Proposed abstain_below = the highest threshold abstaining on ≤ {MAX_ABSTAINED:.0%} of "
             f"answerable questions; proposed weak_below = the lowest threshold above which the top-1 source "

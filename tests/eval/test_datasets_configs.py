@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from eval.evaluation.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
-from eval.evaluation.datasets import DatasetError, load_questions, read_questions
+from eval.evaluation.datasets import DatasetError, Question, load_questions, read_questions
 
 
 def line(**kw: object) -> str:
@@ -74,3 +74,35 @@ def test_configs_by_name_default_and_all() -> None:
     assert CONFIGS["posts+keyword+rerank+neighbours"].neighbours == 1
     with pytest.raises(UnknownConfigError, match="unknown configuration 'bm25'"):
         parse_configs("posts,bm25")
+
+
+def test_short_form_is_the_first_sentence_that_says_something() -> None:
+    from eval.evaluation.datasets import SHORT, first_sentence, half_of, short_form, slice_of, with_short_forms
+
+    long_text = (
+        "Hi, folks!\n\ni'm curious how this portal effect may be created? Two worlds and a character "
+        "going from one to the other.\n\nMore details follow here."
+    )
+    assert first_sentence(long_text) == "i'm curious how this portal effect may be created?"
+    assert len(first_sentence("word " * 100)) <= 160
+    assert first_sentence("Help me. It crashes on start when I load a scene.") == (
+        "Help me. It crashes on start when I load a scene."
+    )  # under four words: the next sentence comes along
+    q = Question("q1", long_text, gold_post_ids=(5,), gold_topic_ids=(1,), tags=("answerable",))
+    s = short_form(q)
+    assert s.id == "q1/short"
+    assert SHORT in s.tags
+    assert s.gold_post_ids == (5,)
+    assert half_of(s.id) == half_of(q.id)  # the short form stays in its long form's half
+    assert slice_of(s.tags) == "short"
+    assert slice_of(q.tags) == "long"
+    assert slice_of(("out_of_domain", "near_domain")) == "near_domain"
+    ood = Question("o1", "How do I boil an egg?", tags=("out_of_domain",))
+    assert [x.id for x in with_short_forms([q, ood])] == ["q1", "o1", "q1/short"]
+
+
+def test_the_halves_split_the_dev_ids_about_evenly() -> None:
+    from eval.evaluation.datasets import half_of
+
+    halves = [half_of(f"urho-{i}") for i in range(400)]
+    assert 160 < halves.count("fit") < 240

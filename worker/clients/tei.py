@@ -42,6 +42,7 @@ class TeiReranker(Reranker):
         self._batch_size = settings.batch_size
         self._info_read = False
         self.served_model: str | None = None
+        self.reranker_id: str | None = None  # the scorer's id by /info: its zone thresholds' key
 
     @property
     def name(self) -> str:
@@ -61,6 +62,7 @@ class TeiReranker(Reranker):
             self._batch_size = min(self._settings.batch_size, limit)
         if isinstance(body.get("model_id"), str):
             self.served_model = str(body["model_id"])
+        self.reranker_id = reranker_id(body)
         self._info_read = True
         return body
 
@@ -105,6 +107,19 @@ class TeiReranker(Reranker):
         )
         outbound.check(SERVICE, response)
         return outbound.json_body(SERVICE, response)
+
+
+def reranker_id(info: dict[str, object]) -> str | None:
+    """Which scorer answers ``/rerank``, from ``/info``: TEI's ``model_id`` (a cross-encoder); the local
+    model server names its scorer apart (``reranker_model_id``, and ``scorer`` when it is not a
+    cross-encoder: ``calibrated-bi-encoder:<embedding model>``)."""
+    rid = info.get("reranker_model_id") or info.get("model_id")
+    if not isinstance(rid, str) or not rid:
+        return None
+    scorer = info.get("scorer")
+    if isinstance(scorer, str) and scorer and scorer != "cross-encoder":
+        return f"{scorer}:{rid}"
+    return rid
 
 
 def _remaining(deadline: float) -> float:

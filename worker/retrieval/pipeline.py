@@ -33,7 +33,7 @@ from worker.retrieval.keyword import KeywordResult, keyword_search
 from worker.retrieval.recall import PostIndex
 from worker.retrieval.rerank import rerank_candidates
 from worker.retrieval.terms import TermSelector
-from worker.retrieval.zones import assign_zone
+from worker.retrieval.zones import Thresholds, assign_zone, thresholds_for
 from worker.settings import RetrievalSettings
 from worker.trace import Trace
 
@@ -112,6 +112,15 @@ class Retriever:
         self.rerank_excerpt_chars = rerank_excerpt_chars
         self._index_state = _IndexState(index, settings.index_check_ttl_s, clock) if index else None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieval-keyword")
+
+    def thresholds(self) -> Thresholds:
+        """The zone thresholds of the reranker in use (its id is known once it answered ``/info``)."""
+        scorer = getattr(self.reranker, "reranker_id", None)
+        return thresholds_for(
+            scorer if isinstance(scorer, str) else None,
+            abstain_below=self.settings.abstain_below,
+            weak_below=self.settings.weak_below,
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -192,7 +201,8 @@ class Retriever:
                 trace.fallback("rerank", outcome.fallback)
             ranked = outcome.candidates
             if outcome.applied:
-                zone = assign_zone(ranked[0].logit, s.abstain_below, s.weak_below)
+                limits = self.thresholds()
+                zone = assign_zone(ranked[0].logit, limits.abstain_below, limits.weak_below)
         elif use_rerank and self.reranker is None:
             trace.fallback("rerank", "no reranker configured")
 
