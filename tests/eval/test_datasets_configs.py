@@ -77,7 +77,14 @@ def test_configs_by_name_default_and_all() -> None:
 
 
 def test_short_form_is_the_first_sentence_that_says_something() -> None:
-    from eval.evaluation.datasets import SHORT, first_sentence, half_of, short_form, slice_of, with_short_forms
+    from eval.evaluation.datasets import (
+        SHORT,
+        first_sentence,
+        half_of,
+        short_form,
+        slice_of,
+        with_short_forms,
+    )
 
     long_text = (
         "Hi, folks!\n\ni'm curious how this portal effect may be created? Two worlds and a character "
