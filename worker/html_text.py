@@ -31,7 +31,7 @@ _VOID = frozenset(
     {"br", "hr", "img", "input", "meta", "link", "source", "wbr", "area", "col", "embed", "param", "track"}
 )
 _SPACES = re.compile(r"[ \t\f\v\u00a0]+")
-_TAG = re.compile(r"<[^>]*>")
+_TAG = re.compile(r"<[^<>]*>")  # not [^>]: a run of "<" would make it quadratic
 _SIMPLE_ENDS = ("</p>", "<br>", "<br/>", "<br />", "</li>", "</h1>", "</h2>", "</h3>", "</h4>", "</tr>")
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import re
 
-_QUOTE_BLOCK = re.compile(r"\[quote(?:=[^\]]*)?\].*?\[/quote\]", re.IGNORECASE | re.DOTALL)
+from worker.addressing import drop_bbcode_blocks
+
 _QUOTE_LINE = re.compile(r"^[ \t]*>.*$", re.MULTILINE)
+# Linear by construction: a match starts only where a whitespace run holding a newline begins (or at
+# the start), and no two unbounded quantifiers can trade characters (possessive ``*+``).
 _SIGNOFF = re.compile(
-    r"(?:\n|^)\s*(?:thanks?(?: you)?(?: in advance)?|thx|cheers|regards|best(?: regards)?|"
+    r"(?:^|(?<!\s)(?=\s*\n))\s*+(?:thanks?(?: you)?(?: in advance)?|thx|cheers|regards|best(?: regards)?|"
     r"merci(?: d'avance| beaucoup| par avance)?|cordialement|bonne journée|a\+)"
-    r"\s*[!.,]*\s*(?:\n\s*[\w .-]{1,30})?\s*$",
+    r"[ \t]*+[!.,]*+[ \t]*+(?:\n\s*+[\w .-]{1,30}+)?\s*+$",
     re.IGNORECASE,
 )
 _SPACES = re.compile(r"[ \t]+")
@@ -31,7 +34,7 @@ def mention_pattern(bot_username: str) -> re.Pattern[str]:
 
 def extract_question(raw: str, bot_username: str) -> str:
     """The question in a post's raw text, or ``""`` when the post is only a mention."""
-    text = _QUOTE_BLOCK.sub(" ", raw)
+    text = drop_bbcode_blocks(raw, frozenset({"quote"}))
     text = _QUOTE_LINE.sub("", text)
     text = mention_pattern(bot_username).sub(" ", text)
     text = _SIGNOFF.sub("", text)

@@ -69,6 +69,7 @@ class WebhookPost(BaseModel):
     topic_id: Id
     post_number: SmallInt = 0
     raw: str | None = None
+    cooked: str | None = None
     username: str = ""
     user_id: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
     post_type: SmallInt = 1
@@ -88,6 +89,7 @@ class WebhookPost(BaseModel):
             username=self.username,
             user_id=self.user_id,
             raw=self.raw,
+            cooked=self.cooked or "",
             post_type=self.post_type,
             reply_to_post_number=self.reply_to_post_number,
             reply_to_username=self.reply_to_user.username if self.reply_to_user else None,

@@ -85,6 +85,15 @@ def test_unaddressed_or_loop_posts_are_acked_not_enqueued(
     assert intake.questions == []
 
 
+def test_the_cooked_html_decides_who_is_mentioned(client: TestClient, intake: FakeIntake) -> None:
+    mention = '<a class="mention" href="/u/citebot">@citebot</a>'
+    quoted = f'<aside class="quote no-group"><blockquote><p>{mention} said</p></blockquote></aside><p>ok</p>'
+    status, body = deliver(client, post_payload(raw="@citebot said", cooked=quoted))
+    assert (status, body["outcome"], intake.questions) == (200, "not_addressed", [])
+    status, body = deliver(client, post_payload(raw="@citebot hi", cooked=f"<p>{mention} hi</p>"))
+    assert (status, body["outcome"], len(intake.questions)) == (200, "enqueued", 1)
+
+
 def test_reply_to_the_bot_is_enqueued(client: TestClient, intake: FakeIntake) -> None:
     status, body = deliver(
         client, post_payload(raw="thanks, and then?", reply_to_user={"username": "citebot"})

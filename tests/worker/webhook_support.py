@@ -41,7 +41,7 @@ def post_payload(**fields: object) -> dict[str, object]:
         "username": "alice",
         "avatar_template": "/letter_avatar_proxy/v4/letter/a/{size}.png",
         "created_at": "2024-05-01T10:00:00.000Z",
-        "cooked": "<p>@citebot how?</p>",
+        "cooked": '<p><a class="mention" href="/u/citebot">@citebot</a> how do I build on Windows?</p>',
         "post_number": 2,
         "post_type": 1,
         "updated_at": "2024-05-01T10:00:00.000Z",
@@ -63,6 +63,8 @@ def post_payload(**fields: object) -> dict[str, object]:
         "raw": "@citebot how do I build on Windows?",
         "reply_to_user": None,
     }
+    if "raw" in fields and "cooked" not in fields:
+        del post["cooked"]  # a test that writes its own raw: the receiver falls back to parsing it
     post.update(fields)
     return {"post": post}
 
