@@ -8,6 +8,7 @@ of the backtick reproducer of issue 13), on nested brackets and on its own liter
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 
@@ -15,7 +16,7 @@ POST_LIMIT = 32_000
 """Discourse's default ``max_post_length``: the longest text a member can post."""
 SIZES = (200, 2_000, POST_LIMIT)
 """Lengths tried in turn, so that a superlinear case fails fast at a small size instead of hanging."""
-_BRACKETS = ("()", "[]", "{}", "<>")
+_BRACKETS = (("(", ")"), ("[", "]"), ("{", "}"), ("<", ">"))
 _ALWAYS = " \n\t@`"
 
 
@@ -81,7 +82,10 @@ def over_budget(
     for length in SIZES:
         allowed = max(floor_s, factor * budget_s(length))
         for text in worst_cases(source, length):
-            seconds = elapsed(lambda text=text: call(text))  # type: ignore[misc]
+            run = functools.partial(call, text)
+            seconds = elapsed(run)
+            if seconds > allowed:  # a slow pattern is slow every time; a busy machine is not
+                seconds = min(seconds, elapsed(run), elapsed(run))
             if seconds > allowed:
                 return f"{seconds:.3f} s > {allowed:.3f} s on {length} chars starting {text[:24]!r}"
     return None
