@@ -4,10 +4,12 @@
 returns them in a frozen ``Actors``; nothing here reads the environment or connects at import time.
 Actor bodies get the process-wide ``Runtime`` from the ``runtime`` callable, which builds it lazily.
 
-Retry policy (docs/intake.md): transient errors (timeouts, 429, 5xx, a database restarting) retry with
-exponential backoff capped by ``limits.max_backoff_s``, at most ``limits.max_retries`` times, and a 429's
-``Retry-After`` is honoured; permanent errors (4xx, validation) never retry. dramatiq's default of 20
-retries over ~30 days would answer a question a month late.
+Retry policy (docs/intake.md), set once, in the actors' options (``retry_options``): transient errors
+(timeouts, 429, 5xx, a database restarting) retry with exponential backoff capped by
+``limits.max_backoff_s``, at most ``limits.max_retries`` times, and a 429's ``Retry-After`` is
+honoured; permanent errors (4xx, validation) never retry (``throws``). dramatiq's default of 20 retries
+over ~30 days would answer a question a month late. The answerer learns that an attempt is the last one
+from dramatiq's own retry count (``is_last_attempt``), not from a counter of its own.
 
 Messages carry ids only. ``answer_question`` is idempotent: the ``answers`` row is claimed (created in
 state ``queued``) by the first message that sees the post, and a row in a final state is never acted on
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import dramatiq
+from dramatiq.middleware import CurrentMessage
 
 from worker import answers
 from worker.addressing import BotIdentity
@@ -51,15 +54,24 @@ class Actors:
     backfill_tick: dramatiq.Actor[Any, None]
 
 
-def retry_policy(limits: LimitsSettings) -> Callable[[int, BaseException], bool]:
-    """dramatiq ``retry_when``: permanent errors never, anything else up to ``max_retries`` times."""
+def retry_options(limits: LimitsSettings) -> dict[str, Any]:
+    """The one retry budget, as dramatiq actor options: permanent errors never, the rest ``max_retries``."""
+    return {
+        "max_retries": limits.max_retries,
+        "min_backoff": int(limits.min_backoff_s * 1000),
+        "max_backoff": int(limits.max_backoff_s * 1000),
+        "throws": (PermanentError,),
+    }
 
-    def retry_when(retries_so_far: int, exc: BaseException) -> bool:
-        if isinstance(exc, PermanentError):
-            return False
-        return retries_so_far < limits.max_retries
 
-    return retry_when
+def is_last_attempt(limits: LimitsSettings) -> bool:
+    """True in the attempt after which dramatiq retries no more (False outside an actor)."""
+    message = CurrentMessage.get_current_message()
+    if message is None:
+        return False
+    return int(message.options.get("retries", 0)) >= int(
+        message.options.get("max_retries", limits.max_retries)
+    )
 
 
 def honour_retry_after(limits: LimitsSettings, fn: Callable[[], R]) -> R:
@@ -75,13 +87,7 @@ def honour_retry_after(limits: LimitsSettings, fn: Callable[[], R]) -> R:
 
 def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limits: LimitsSettings) -> Actors:
     """Register every actor on ``broker``; bodies call ``runtime()`` only when a message runs."""
-    options: dict[str, Any] = {
-        "broker": broker,
-        "retry_when": retry_policy(limits),
-        "throws": (PermanentError,),
-        "min_backoff": int(limits.min_backoff_s * 1000),
-        "max_backoff": int(limits.max_backoff_s * 1000),
-    }
+    options: dict[str, Any] = {"broker": broker, **retry_options(limits)}
 
     @dramatiq.actor(queue_name=QUESTIONS_QUEUE, **options)
     def answer_question(post_id: int, topic_id: int, version: int, source: str = "webhook") -> None:
@@ -133,7 +139,7 @@ def handle_question(rt: Runtime, post_id: int, topic_id: int, version: int, sour
     log.debug("question %s (claimed=%s)", post_id, created, extra={"post_id": post_id, "topic_id": topic_id})
     # One job at a time acts on a question: the answerer (worker/pipeline.py) holds a PostgreSQL
     # advisory lock on the post id for its whole run, released at once if the worker dies.
-    rt.answer(post_id)
+    rt.answer(post_id, last_attempt=is_last_attempt(rt.settings.limits))
 
 
 def run_poll(rt: Runtime, enqueue: Callable[[int, int, int], None]) -> PollReport:

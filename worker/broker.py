@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, ShutdownNotifications, TimeLimit
+from dramatiq.middleware import (
+    AgeLimit,
+    Callbacks,
+    CurrentMessage,
+    Pipelines,
+    Retries,
+    ShutdownNotifications,
+    TimeLimit,
+)
 
-from worker.settings import LimitsSettings, RedisSettings
+from worker.settings import RedisSettings
 
 # Messages older than this are dropped: a reply to a day-old question is noise, and the catch-up
 # poller (bounded look-back) is the recovery path for anything older.
@@ -15,20 +23,17 @@ MAX_MESSAGE_AGE_MS = 6 * 3600 * 1000
 JOB_TIME_LIMIT_MS = 10 * 60 * 1000
 
 
-def build_broker(redis: RedisSettings, limits: LimitsSettings) -> RedisBroker:
-    """A Redis broker whose retry policy follows ``limits`` instead of dramatiq's 20 retries / 30 days."""
-    retries = Retries(
-        max_retries=limits.max_retries,
-        min_backoff=int(limits.min_backoff_s * 1000),
-        max_backoff=int(limits.max_backoff_s * 1000),
-    )
+def build_broker(redis: RedisSettings) -> RedisBroker:
+    """A Redis broker. The retry budget is not here but in each actor's options (``worker.actors``),
+    the one place it is set; ``CurrentMessage`` lets an actor body know which attempt it is."""
     middleware = [
         AgeLimit(max_age=MAX_MESSAGE_AGE_MS),
         TimeLimit(time_limit=JOB_TIME_LIMIT_MS),
         ShutdownNotifications(),
         Callbacks(),
         Pipelines(),
-        retries,
+        Retries(),
+        CurrentMessage(),
     ]
     return RedisBroker(  # type: ignore[no-untyped-call]
         url=redis.url,

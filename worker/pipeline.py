@@ -104,11 +104,14 @@ class AnswerPipeline:
 
     # -- entry point -------------------------------------------------------------------------------
 
-    def answer(self, post_id: int) -> None:
-        self.run(post_id)
+    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
+        self.run(post_id, last_attempt=last_attempt)
 
-    def run(self, post_id: int) -> Outcome:
-        """Advance the question of ``post_id`` as far as it goes; raises TransientError to be retried."""
+    def run(self, post_id: int, *, last_attempt: bool = False) -> Outcome:
+        """Advance the question of ``post_id`` as far as it goes; raises TransientError to be retried.
+
+        On the ``last_attempt`` (the queue says no retry follows) a transient failure gives up instead:
+        the apology of ``llm.on_failure``, never a half answer."""
         with self._locked(post_id) as conn:
             if conn is None:
                 JOBS.labels("busy").inc()
@@ -124,7 +127,7 @@ class AnswerPipeline:
             try:
                 outcome = self._advance(conn, row, attempts)
             except TransientError as exc:
-                if self._out_of_retries(attempts):
+                if last_attempt:
                     outcome = self._give_up(conn, post_id, row.topic_id, f"transient: {exc}")
                 else:
                     JOBS.labels("retry").inc()
@@ -295,9 +298,6 @@ class AnswerPipeline:
         return Outcome(post_id, final, "resumed" if resumed else "", reply_id)
 
     # -- failure handling ---------------------------------------------------------------------------
-
-    def _out_of_retries(self, attempts: int) -> bool:
-        return attempts > self.settings.limits.max_retries
 
     def _give_up(self, conn: psycopg.Connection[Any], post_id: int, topic_id: int, why: str) -> Outcome:
         """The last attempt failed transiently: apologise once (or stay silent), never half-answer."""

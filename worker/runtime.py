@@ -26,13 +26,15 @@ log = logging.getLogger(__name__)
 class Answerer(Protocol):
     """Takes a claimed question (an ``answers`` row) forward; resumes from the row's state."""
 
-    def answer(self, post_id: int) -> None: ...
+    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
+        """``last_attempt``: the queue will not retry a transient failure of this attempt."""
+        ...
 
 
 class UnconfiguredAnswerer:
     """The default: leaves the row in ``queued`` and says so (the pipeline is plugged in by the lead)."""
 
-    def answer(self, post_id: int) -> None:
+    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
         log.warning("no answerer configured; question stays queued", extra={"post_id": post_id})
 
 
@@ -47,8 +49,8 @@ class Runtime:
     redis: redis_lib.Redis
     answerer: Answerer
 
-    def answer(self, post_id: int) -> None:
-        self.answerer.answer(post_id)
+    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
+        self.answerer.answer(post_id, last_attempt=last_attempt)
 
     def close(self) -> None:
         self.pool.close()

@@ -165,7 +165,7 @@ def stack(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
     load_export(store, export)
     _index_export(db_url, export)
     base = make_settings(db_url, redis_url)
-    broker = build_broker(base.redis, base.limits)
+    broker = build_broker(base.redis)
 
     def no_runtime() -> Runtime:
         raise AssertionError("the webhook process only enqueues")

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import make_settings
 from worker import answers
-from worker.actors import Actors, declare_actors, honour_retry_after, retry_policy
+from worker.actors import Actors, declare_actors, honour_retry_after, is_last_attempt, retry_options
 from worker.broker import build_broker
 from worker.errors import PermanentError, RateLimitedError, ServiceUnavailableError, ValidationError
 from worker.runtime import Runtime, RuntimeProvider
@@ -27,9 +27,11 @@ class RecordingAnswerer:
         self.script = script
         self.delay_s = delay_s
         self.calls: list[int] = []
+        self.last_attempts: list[bool] = []
 
-    def answer(self, post_id: int) -> None:
+    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
         self.calls.append(post_id)
+        self.last_attempts.append(last_attempt)
         time.sleep(self.delay_s)
         step = self.script.pop(0) if self.script else None
         if step is not None:
@@ -52,7 +54,7 @@ class Harness:
             self.answerers.append(a)
             return a
 
-        self.broker = build_broker(settings.redis, settings.limits)
+        self.broker = build_broker(settings.redis)
         self.provider = RuntimeProvider(settings, factory)
         self.actors: Actors = declare_actors(self.broker, self.provider, settings.limits)
         self.worker = dramatiq.Worker(self.broker, worker_timeout=100, worker_threads=threads)
@@ -131,12 +133,14 @@ def test_retries_stop_at_max_retries(harness_factory: MakeHarness, db_url: str) 
     h.actors.answer_question.send(701, 9, 1)
     h.run()
     assert h.calls == [701] * 3  # first try + max_retries=2
+    # The answerer hears from dramatiq's own count which attempt is the last one.
+    assert [a for r in h.answerers for a in r.last_attempts] == [False, False, True]
     assert rows(db_url) == [(701, "queued", "webhook")]
 
 
 def test_declaring_actors_opens_nothing(redis_url: str) -> None:
     settings = make_settings("postgresql://nobody@127.0.0.1:1/none", redis_url)
-    broker = build_broker(settings.redis, settings.limits)
+    broker = build_broker(settings.redis)
     built = threading.Event()
 
     def runtime() -> Runtime:
@@ -152,13 +156,15 @@ def test_declaring_actors_opens_nothing(redis_url: str) -> None:
     broker.close()
 
 
-def test_retry_policy_and_retry_after() -> None:
+def test_retry_budget_is_the_actor_options_and_retry_after() -> None:
     limits = LimitsSettings(max_retries=3, min_backoff_s=1, max_backoff_s=60)  # type: ignore[call-arg]
-    policy = retry_policy(limits)
-    assert policy(0, ServiceUnavailableError("x"))
-    assert policy(2, RuntimeError("bug or db restart"))
-    assert not policy(3, ServiceUnavailableError("x"))
-    assert not policy(0, PermanentError("x"))
+    assert retry_options(limits) == {
+        "max_retries": 3,
+        "min_backoff": 1000,
+        "max_backoff": 60_000,
+        "throws": (PermanentError,),
+    }
+    assert not is_last_attempt(limits)  # outside an actor nothing says so
 
     def limited() -> None:
         raise RateLimitedError("slow", retry_after=30)
@@ -188,7 +194,7 @@ def test_intake_enqueues_ids_for_questions_and_index_refreshes(redis_url: str) -
     from worker.actors import DramatiqIntake
 
     settings = make_settings("postgresql://nobody@127.0.0.1:1/none", redis_url)
-    broker = build_broker(settings.redis, settings.limits)
+    broker = build_broker(settings.redis)
 
     def runtime() -> Runtime:
         raise AssertionError("not called when only enqueueing")

@@ -60,7 +60,7 @@ def test_enqueued_backfill_runs_on_a_worker_and_fills_the_index(
         )
         assert proc.returncode == 0, proc.stderr
         assert "enqueued" in proc.stdout
-        broker = build_broker(settings.redis, settings.limits)
+        broker = build_broker(settings.redis)
 
         def runtime() -> Runtime:
             return _Runtime(settings)  # type: ignore[return-value]

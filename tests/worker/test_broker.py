@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 def test_message_round_trips_through_real_redis_to_a_real_worker(redis_url: str) -> None:
     settings = make_settings("postgresql://x@127.0.0.1/x", redis_url)
-    broker = build_broker(settings.redis, settings.limits)
+    broker = build_broker(settings.redis)
     seen: list[tuple[int, int]] = []
 
     @dramatiq.actor(broker=broker, queue_name="roundtrip", max_retries=0)

@@ -92,7 +92,7 @@ def stack(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
     store = ForumStore(db_url)
     load_export(store, write_export(tmp_path / "export"))
     settings_base = make_settings(db_url, redis_url)
-    broker = build_broker(settings_base.redis, settings_base.limits)
+    broker = build_broker(settings_base.redis)
     # The runtime's settings need the forum's URL, known once it serves; the provider is lazy anyway.
     provider_ref: list[RuntimeProvider] = []
 

@@ -226,10 +226,10 @@ def test_llm_down_for_good_posts_one_apology(db_url: str, redis_url: str) -> Non
     chat = FakeChatModel([RateLimitedError("429", service="llm", status=429)] * 10)
     for world in build_world(db_url, redis_url, chat):
         world.ask(906, 1, "@citebot how do I stop shadow flicker?")
-        for _ in range(2):  # max_retries = 2
+        for _ in range(2):  # max_retries = 2: the queue retries these
             with pytest.raises(RateLimitedError):
                 world.pipeline.run(906)
-        outcome = world.pipeline.run(906)
+        outcome = world.pipeline.run(906, last_attempt=True)
         assert outcome.state == "failed"
         assert len(world.forum.created) == 1
         assert "Sorry" in (world.forum.created[0].raw or "")

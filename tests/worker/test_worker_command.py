@@ -63,7 +63,7 @@ def test_worker_run_with_two_processes_answers_and_stops(db_url: str, redis_url:
     while sum("worker started" in line for line in list(lines)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     settings = make_settings(db_url, redis_url)
-    broker = build_broker(settings.redis, settings.limits)
+    broker = build_broker(settings.redis)
 
     def runtime() -> Runtime:
         raise AssertionError("this process only sends")

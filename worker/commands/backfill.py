@@ -91,7 +91,7 @@ def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
     def no_runtime() -> Runtime:
         raise RuntimeError("this process only enqueues")
 
-    broker = build_broker(settings.redis, settings.limits)
+    broker = build_broker(settings.redis)
     try:
         actors = declare_actors(broker, no_runtime, settings.limits)
         path = str(args.path.resolve()) if args.path else None

@@ -36,7 +36,7 @@ def _poll(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     outages: tuple[type[BaseException], ...] = (TransientError, *_outages())
-    broker = build_broker(settings.redis, settings.limits)
+    broker = build_broker(settings.redis)
     provider = RuntimeProvider(settings)
     actors = declare_actors(broker, provider, settings.limits)
 

@@ -34,7 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
     from worker.webhook import create_app
 
     settings = settings_from(args)
-    broker = build_broker(settings.redis, settings.limits)
+    broker = build_broker(settings.redis)
     actors = declare_actors(broker, RuntimeProvider(settings), settings.limits)
     # Short timeouts: with Redis unreachable, deliveries get a quick 503 instead of a stalled loop.
     redis = aredis_lib.Redis.from_url(settings.redis.url, socket_connect_timeout=2, socket_timeout=2)

@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     children = [
         _spawn_child(args, metrics_port + i if metrics_port else None) for i in range(1, args.processes)
     ]
-    broker = build_broker(settings.redis, settings.limits)
+    broker = build_broker(settings.redis)
     runtime = RuntimeProvider(settings, answerer_factory=build_answerer)
     # Build the pipeline now: a broken rules file, an unreachable database or a model that does not
     # match the index stops the worker at start with a clear message, not message by message.
