@@ -7,13 +7,12 @@ category name comes from ``category_names`` (recorded by the backfill), restrict
 ``restricted_categories``.
 
 ``deps`` is either an ``IndexDeps`` (tests, scripts) or the worker's ``Runtime`` (``forum``, ``pool``,
-``settings``, ``http``), from which an ``IndexDeps`` is built with a per-process embedder.
+``settings``, ``embedder``), from which an ``IndexDeps`` is built with the process's one embedder.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,25 +47,14 @@ class IndexDeps:
     excluded_authors: tuple[str, ...] = ()
 
 
-_EMBEDDERS: dict[tuple[str, str, int], Embedder] = {}
-_EMBEDDERS_LOCK = threading.Lock()
-
-
 @contextmanager
 def _resolve(deps: Any) -> Iterator[IndexDeps]:
     if isinstance(deps, IndexDeps):
         yield deps
         return
-    # The worker's Runtime: one embedder per process (a local model takes seconds to load).
+    # The worker's Runtime: the process's one embedder, the same the answer pipeline uses.
     settings = deps.settings
-    key = (settings.embeddings.provider, settings.embeddings.model, settings.embeddings.dimension)
-    with _EMBEDDERS_LOCK:
-        embedder = _EMBEDDERS.get(key)
-        if embedder is None:
-            from worker.clients.embeddings import build_embedder
-
-            embedder = build_embedder(settings, deps.http)
-            _EMBEDDERS[key] = embedder
+    embedder = deps.embedder()
     with deps.pool.connection() as conn:
         yield IndexDeps(
             deps.forum, embedder, conn, settings.embeddings.max_tokens, excluded_authors=bot_authors(settings)

@@ -20,7 +20,11 @@ def build_answerer(runtime: Runtime) -> AnswerPipeline:
     s = runtime.settings
     gate = Gate.load(s.gate.rules_path, timeout_ms=s.gate.timeout_ms, max_chars=s.gate.max_chars)
     retriever = build_retriever(
-        s, connections=runtime.pool.connection, keyword=runtime.forum, http=runtime.http
+        s,
+        connections=runtime.pool.connection,
+        keyword=runtime.forum,
+        http=runtime.http,
+        embedder=runtime.embedder(),
     )
     return AnswerPipeline(
         s,

@@ -1,7 +1,8 @@
 """The process-wide runtime of a worker: settings, a connection pool, the HTTP client and the forum client.
 
 Built lazily on first use by ``RuntimeProvider`` (so declaring actors reads no environment and opens
-nothing) and closed once at shutdown. The answer pipeline plugs in through the ``Answerer`` protocol.
+nothing) and closed once at shutdown. The answer pipeline plugs in through the ``Answerer`` protocol
+(``worker.assemble.build_answerer``).
 """
 
 from __future__ import annotations
@@ -9,18 +10,22 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Generic, Protocol, TypeVar
 
 import httpx
 import redis as redis_lib
 from psycopg_pool import ConnectionPool
 
 from worker.clients.discourse import DiscourseClient
+from worker.clients.embeddings import build_embedder
 from worker.db.connect import open_pool
+from worker.errors import PermanentError
+from worker.protocols import Embedder
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Answerer(Protocol):
@@ -31,25 +36,41 @@ class Answerer(Protocol):
         ...
 
 
-class UnconfiguredAnswerer:
-    """The default: leaves the row in ``queued`` and says so (the pipeline is plugged in by the lead)."""
+class Once(Generic[T]):
+    """A long-lived object built on first use, exactly once per process, whichever thread asks first."""
 
-    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
-        log.warning("no answerer configured; question stays queued", extra={"post_id": post_id})
+    def __init__(self, build: Callable[[], T]) -> None:
+        self._build = build
+        self._value: T | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> T:
+        value = self._value
+        if value is None:
+            with self._lock:
+                if self._value is None:
+                    self._value = self._build()
+                value = self._value
+        return value
 
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """What actor bodies use. ``answer`` delegates to the configured ``Answerer``."""
+    """What actor bodies use. ``answer`` delegates to the configured ``Answerer``; ``embedder()`` is the
+    process's one embedder, shared by answering and index refreshes (a local model loads once)."""
 
     settings: Settings
     pool: ConnectionPool
     http: httpx.Client
     forum: DiscourseClient
     redis: redis_lib.Redis
-    answerer: Answerer
+    embedder: Once[Embedder]
+    answerer: Answerer | None = None
 
     def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
+        if self.answerer is None:
+            # Only `citebot worker run` answers; a process built without a pipeline must not pretend to.
+            raise PermanentError("this process has no answer pipeline", service="citebot")
         self.answerer.answer(post_id, last_attempt=last_attempt)
 
     def close(self) -> None:
@@ -67,9 +88,9 @@ def build_runtime(settings: Settings, answerer_factory: AnswererFactory | None =
     http = httpx.Client(timeout=settings.discourse.timeout_s)
     forum = DiscourseClient(http, settings.discourse)
     redis = redis_lib.Redis.from_url(settings.redis.url)
-    runtime = Runtime(settings, pool, http, forum, redis, UnconfiguredAnswerer())
+    runtime = Runtime(settings, pool, http, forum, redis, Once(lambda: build_embedder(settings, http)))
     if answerer_factory is not None:
-        runtime = Runtime(settings, pool, http, forum, redis, answerer_factory(runtime))
+        runtime = replace(runtime, answerer=answerer_factory(runtime))
     return runtime
 
 

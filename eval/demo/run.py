@@ -281,7 +281,6 @@ class Demo:
                             results[q.label] = (q, reply)
                             self._show(member, q, reply)
                     if time.monotonic() > deadline:
-                        self._explain_timeout(procs)
                         raise DemoError(
                             f"no reply within {self.reply_timeout:.0f} s", procs.log_path("worker")
                         )
@@ -339,15 +338,6 @@ class Demo:
         for problem in problems:
             say(f"      ✗ {problem}")
         return not problems
-
-    def _explain_timeout(self, procs: Processes) -> None:
-        log = procs.log_path("worker")
-        if "no answerer configured" in tail(log, 200):
-            print(
-                "\nthe worker has no answer pipeline: `citebot worker run` logged 'no answerer configured' "
-                "(build_answerer is not wired into it yet)",
-                file=sys.stderr,
-            )
 
     # -- --keep ----------------------------------------------------------------------------------------
 
