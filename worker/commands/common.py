@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 
 from worker.logs import configure_logging
 from worker.settings import Settings, load_settings
@@ -14,3 +15,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
     level = "DEBUG" if getattr(args, "verbose", False) else settings.log_level
     configure_logging(level, json_lines=settings.log_json)
     return settings
+
+
+def dispatch(module: str, args: argparse.Namespace) -> int:
+    """Run ``module.serve(args)`` for a command implemented outside ``worker`` (the development doubles
+    in ``eval.stack``), loading it by name only when the command runs: ``worker`` never imports ``eval``
+    (tests/packaging/test_import_direction.py), yet ``citebot forum serve`` keeps one parser and help."""
+    handler = importlib.import_module(module).serve
+    result: int = handler(args)
+    return result

@@ -1,6 +1,7 @@
 """``citebot forum serve``: the local forum server (a test double of Discourse) for demos and tests.
 
-The CLI is the composition root: ``eval.stack.forum`` is imported inside the handler only.
+The double lives in ``eval.stack.forum``; this module only parses the command line and hands the
+arguments to ``eval.stack.forum.serve`` by name (``worker`` imports nothing from ``eval``).
 """
 
 from __future__ import annotations
@@ -37,44 +38,6 @@ def register(group: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import psycopg
-    import psycopg_pool
-    import uvicorn
+    from worker.commands.common import dispatch
 
-    from eval.stack.forum.app import ForumConfig, create_forum_app
-    from eval.stack.forum.loader import load_export
-    from eval.stack.forum.store import ForumStore
-    from worker.commands.common import settings_from
-    from worker.errors import ConfigError, ServiceUnavailableError
-
-    settings = settings_from(args)
-    export = args.export.resolve()
-    if not (export / "topics").is_dir():
-        raise ConfigError(f"--export {export}: no topics/ folder (not a forum export)")
-    try:
-        store = ForumStore(args.database_url or settings.database.url)
-    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-        raise ServiceUnavailableError(f"cannot reach the forum database: {exc}", service="postgres") from exc
-    try:
-        store.init_schema()
-        meta = store.meta()
-        if args.reload or meta is None or meta["export"] != str(export):
-            report = load_export(store, export)
-            print(f"loaded {report.topics} topics, {report.posts} posts in {report.seconds:.1f}s", flush=True)
-        config = ForumConfig(
-            api_key=args.api_key or settings.discourse.api_key.get_secret_value() or "local-forum-key",
-            base_url=f"http://{args.host}:{args.port}",
-            bot_username=settings.discourse.bot_username,
-            webhook_url=args.webhook_url,
-            webhook_secret=args.webhook_secret
-            if args.webhook_secret is not None
-            else settings.discourse.webhook_secret.get_secret_value(),
-        )
-        forum = create_forum_app(store, config)
-        try:
-            uvicorn.run(forum.app, host=args.host, port=args.port, access_log=False, log_config=None)
-        finally:
-            forum.close()
-    finally:
-        store.close()
-    return 0
+    return dispatch("eval.stack.forum.serve", args)

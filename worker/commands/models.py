@@ -1,11 +1,12 @@
-"""``citebot models serve``: the local model server speaking TEI's contract (development and tests)."""
+"""``citebot models serve``: the local model server speaking TEI's contract (development and tests).
+
+The server lives in ``eval.stack.modelserver``; this module parses the command line and hands the
+arguments to ``eval.stack.modelserver.serve`` by name (``worker`` imports nothing from ``eval``)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-from worker.commands.common import settings_from
 
 NAME = "models"
 HELP = "local models: serve TEI's /embed and /rerank contract on loopback"
@@ -33,16 +34,6 @@ def register(group: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings_from(args)  # configures logging; the server itself needs no citebot settings
-    from eval.stack.modelserver.app import Limits
-    from eval.stack.modelserver.server import serve
+    from worker.commands.common import dispatch
 
-    print(f"model server on http://{args.host}:{args.port} (loading models…)", flush=True)
-    serve(
-        args.host,
-        args.port,
-        embed_model=args.embed_model,
-        cross_encoder=args.cross_encoder,
-        limits=Limits(max_client_batch_size=args.max_client_batch_size),
-    )
-    return 0
+    return dispatch("eval.stack.modelserver.serve", args)

@@ -1,0 +1,51 @@
+"""``citebot forum serve`` (also ``python -m eval.stack.forum serve``): load a forum export into
+PostgreSQL and serve the Discourse double over it. The command line is parsed by ``worker.commands.forum``."""
+
+from __future__ import annotations
+
+import argparse
+
+import psycopg
+import psycopg_pool
+import uvicorn
+
+from eval.stack.forum.app import ForumConfig, create_forum_app
+from eval.stack.forum.loader import load_export
+from eval.stack.forum.store import ForumStore
+from worker.commands.common import settings_from
+from worker.errors import ConfigError, ServiceUnavailableError
+
+
+def serve(args: argparse.Namespace) -> int:
+    """The handler of ``citebot forum serve`` (arguments parsed by ``worker.commands.forum``)."""
+    settings = settings_from(args)
+    export = args.export.resolve()
+    if not (export / "topics").is_dir():
+        raise ConfigError(f"--export {export}: no topics/ folder (not a forum export)")
+    try:
+        store = ForumStore(args.database_url or settings.database.url)
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        raise ServiceUnavailableError(f"cannot reach the forum database: {exc}", service="postgres") from exc
+    try:
+        store.init_schema()
+        meta = store.meta()
+        if args.reload or meta is None or meta["export"] != str(export):
+            report = load_export(store, export)
+            print(f"loaded {report.topics} topics, {report.posts} posts in {report.seconds:.1f}s", flush=True)
+        config = ForumConfig(
+            api_key=args.api_key or settings.discourse.api_key.get_secret_value() or "local-forum-key",
+            base_url=f"http://{args.host}:{args.port}",
+            bot_username=settings.discourse.bot_username,
+            webhook_url=args.webhook_url,
+            webhook_secret=args.webhook_secret
+            if args.webhook_secret is not None
+            else settings.discourse.webhook_secret.get_secret_value(),
+        )
+        forum = create_forum_app(store, config)
+        try:
+            uvicorn.run(forum.app, host=args.host, port=args.port, access_log=False, log_config=None)
+        finally:
+            forum.close()
+    finally:
+        store.close()
+    return 0
