@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from worker.testing.chat import chat_completion_body
 from worker.testing.models import FakeEmbedder, tei_embed_body, tei_rerank_body
 
 MODEL = "soak-model"
@@ -90,19 +91,9 @@ def create_app(knobs: Knobs) -> Starlette:
         messages = body.get("messages") or [{}]
         ref = hashlib.sha256(str(messages[-1].get("content", "")).encode("utf-8")).hexdigest()[:10]
         return JSONResponse(
-            {
-                "id": f"chatcmpl-{knobs.llm_calls}",
-                "object": "chat.completion",
-                "model": body.get("model", MODEL),
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": f"{REPLY} (ref {ref})"},
-                    }
-                ],
-                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-            }
+            chat_completion_body(
+                body.get("model", MODEL), f"{REPLY} (ref {ref})", completion_id=f"chatcmpl-{knobs.llm_calls}"
+            )
         )
 
     async def faults(request: Request) -> Response:

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from worker.testing.chat import chat_completion_body, openai_unsupported_parameter
 from worker.testing.models import FakeEmbedder, tei_embed_body, tei_rerank_body
 
 EMBEDDER = FakeEmbedder(model="test-model", dimension=8)
@@ -51,12 +52,16 @@ class FakeTei:
 
 
 class FakeLlm:
-    """``POST /v1/chat/completions``; ``fail_next`` holds HTTP statuses to answer before succeeding."""
+    """``POST /v1/chat/completions`` with OpenAI's response schema; ``fail_next`` holds HTTP statuses to
+    answer before succeeding. ``reasoning_model`` answers like OpenAI's reasoning models: 400
+    ``unsupported_parameter`` when the request carries the deprecated ``max_tokens``."""
 
     def __init__(self, reply: str) -> None:
         self.reply = reply
         self.fail_next: deque[int] = deque()
+        self.reasoning_model = False
         self.calls = 0
+        self.bodies: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.app = Starlette(routes=[Route("/v1/chat/completions", self.complete, methods=["POST"])])
 
@@ -64,25 +69,14 @@ class FakeLlm:
         body: dict[str, Any] = await request.json()
         with self.lock:
             self.calls += 1
+            self.bodies.append(body)
             status = self.fail_next.popleft() if self.fail_next else 200
+        if self.reasoning_model and "max_tokens" in body:
+            return JSONResponse(openai_unsupported_parameter("max_tokens", "max_completion_tokens"), 400)
         if status != 200:
             # vLLM / Ollama style nested error body
             return JSONResponse(
                 {"error": {"message": "upstream failure", "type": "server_error", "code": status}},
                 status_code=status,
             )
-        return JSONResponse(
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "model": body.get("model", "fake"),
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": self.reply},
-                    }
-                ],
-                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-            }
-        )
+        return JSONResponse(chat_completion_body(body.get("model", "fake"), self.reply))

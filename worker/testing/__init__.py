@@ -4,6 +4,6 @@ Real implementations of the protocols in ``worker.protocols`` (state, recorded c
 held to the same contract suites as the real clients (``tests/contracts/``):
 
 - ``models``: ``FakeEmbedder``, ``FakeReranker`` and the TEI ``/embed`` and ``/rerank`` bodies;
-- ``chat``: ``FakeChatModel``;
+- ``chat``: ``FakeChatModel`` and the OpenAI ``chat.completion`` and error bodies;
 - ``forum``: ``FakeForum``.
 """

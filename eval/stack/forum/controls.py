@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 def _denied(forum: ForumApp, request: Request) -> Response | None:
-    return None if request.headers.get("api-key") == forum.config.api_key else invalid_access()
+    key = request.headers.get("api-key")
+    return None if key in (forum.config.api_key, forum.config.session_key) else invalid_access()
 
 
 def control_routes(forum: ForumApp) -> list[Route]:

@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS forum.site_settings (
     default_value text NOT NULL,
     description text NOT NULL DEFAULT ''
 );
+ALTER TABLE forum.site_settings ADD COLUMN IF NOT EXISTS category text NOT NULL DEFAULT 'plugins';
+ALTER TABLE forum.site_settings ADD COLUMN IF NOT EXISTS plugin text;
 
 CREATE SEQUENCE IF NOT EXISTS forum.post_ids;
 CREATE SEQUENCE IF NOT EXISTS forum.topic_ids;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -9,6 +10,8 @@ from starlette.responses import JSONResponse
 from eval.stack.forum.store import Row, as_iso
 
 CHUNK_SIZE = 20  # Discourse's post stream page
+# A quote of another post as the composer writes it: [quote="name, post:3, topic:42"]
+_QUOTE = re.compile(r'\[quote="[^"\]]*?\bpost:(\d+),\s*topic:(\d+)', re.IGNORECASE)
 
 
 def avatar(username: str) -> str:
@@ -34,8 +37,25 @@ def invalid_access() -> JSONResponse:
     )
 
 
-def post_json(row: Row, *, with_raw: bool = True, viewer_id: int | None = None) -> dict[str, Any]:
-    """A post as ``/posts/{id}.json`` and a topic's post stream serve it."""
+def reply_quoted(row: Row) -> bool:
+    """``Post#reply_quoted``: the post quotes the post it replies to (``QuotedPost.extract_from``)."""
+    number = row.get("reply_to_post_number")
+    if number is None:
+        return False
+    return any(
+        int(post) == int(number) and int(topic) == int(row["topic_id"])
+        for post, topic in _QUOTE.findall(row.get("raw") or "")
+    )
+
+
+def post_json(
+    row: Row, *, with_raw: bool = True, viewer_id: int | None = None, suppress_quoting: bool = True
+) -> dict[str, Any]:
+    """A post as ``/posts/{id}.json`` and a topic's post stream serve it.
+
+    ``reply_to_user`` is left out, as ``PostSerializer#include_reply_to_user?`` does, when the site has
+    ``suppress_reply_when_quoting`` (Discourse's default) and the post quotes the post it replies to.
+    """
     data: dict[str, Any] = {
         "id": row["id"],
         "name": "",
@@ -65,7 +85,7 @@ def post_json(row: Row, *, with_raw: bool = True, viewer_id: int | None = None) 
         "wiki": False,
         "accepted_answer": row["accepted_answer"],
     }
-    if row.get("reply_to_username"):
+    if row.get("reply_to_username") and not (suppress_quoting and reply_quoted(row)):
         data["reply_to_user"] = {
             "username": row["reply_to_username"],
             "avatar_template": avatar(row["reply_to_username"]),
@@ -75,9 +95,9 @@ def post_json(row: Row, *, with_raw: bool = True, viewer_id: int | None = None) 
     return data
 
 
-def webhook_post_json(row: Row, topic_posts_count: int) -> dict[str, Any]:
+def webhook_post_json(row: Row, topic_posts_count: int, *, suppress_quoting: bool = True) -> dict[str, Any]:
     """WebHookPostSerializer: the post plus topic fields, ``raw``, and no tags."""
-    data = post_json(row, with_raw=True)
+    data = post_json(row, with_raw=True, suppress_quoting=suppress_quoting)
     data.update(
         {
             "category_id": row["category_id"],
@@ -88,15 +108,19 @@ def webhook_post_json(row: Row, topic_posts_count: int) -> dict[str, Any]:
         }
     )
     data.pop("yours", None)
-    data.setdefault("reply_to_user", None)
     return data
 
 
-def topic_json(topic: Row, posts: list[Row], *, viewer_id: int | None) -> dict[str, Any]:
+def topic_json(
+    topic: Row, posts: list[Row], *, viewer_id: int | None, suppress_quoting: bool = True
+) -> dict[str, Any]:
     """``/t/{id}.json``: the first chunk of the post stream and every post id in ``stream``."""
     return {
         "post_stream": {
-            "posts": [post_json(p, with_raw=False, viewer_id=viewer_id) for p in posts[:CHUNK_SIZE]],
+            "posts": [
+                post_json(p, with_raw=False, viewer_id=viewer_id, suppress_quoting=suppress_quoting)
+                for p in posts[:CHUNK_SIZE]
+            ],
             "stream": [p["id"] for p in posts],
         },
         "id": topic["id"],
@@ -116,6 +140,38 @@ def topic_json(topic: Row, posts: list[Row], *, viewer_id: int | None) -> dict[s
         "highest_post_number": topic["highest_post_number"] or 0,
         "chunk_size": CHUNK_SIZE,
         "details": {"can_edit": False, "notification_level": 1, "participants": []},
+    }
+
+
+def webhook_topic_json(topic: Row) -> dict[str, Any]:
+    """WebHookTopicViewSerializer: the topic's own fields, without the post stream (topic events)."""
+    return {
+        "id": topic["id"],
+        "title": topic["title"],
+        "fancy_title": topic["title"],
+        "posts_count": topic["posts_count"],
+        "created_at": as_iso(topic["created_at"]),
+        "visible": topic["visible"],
+        "closed": topic["closed"],
+        "archived": topic["archived"],
+        "archetype": topic["archetype"],
+        "slug": topic["slug"],
+        "category_id": topic["category_id"],
+        "tags": list(topic["tags"] or []),
+        "deleted_at": as_iso(topic["deleted_at"]),
+        "user_id": topic["user_id"],
+        "highest_post_number": topic["highest_post_number"] or 0,
+    }
+
+
+def pending_post_json(pending_id: int, raw: str, cooked: str, created_at: str, pending_count: int) -> Any:
+    """``POST /posts.json`` when the post is held for review: ``NewPostResultSerializer`` with
+    ``action: enqueued`` and a ``pending_post`` (``TopicPendingPostSerializer``), no ``post``, status 200."""
+    return {
+        "action": "enqueued",
+        "pending_post": {"id": pending_id, "raw": raw, "cooked": cooked, "created_at": created_at},
+        "pending_count": pending_count,
+        "success": True,
     }
 
 
@@ -142,11 +198,11 @@ def site_setting_json(row: Row) -> dict[str, Any]:
         "default": row["default_value"],
         "type": row["type"],
         "value": row["value"],
-        "category": "plugins",
+        "category": row["category"],
         "preview": None,
         "secret": False,
         "placeholder": None,
         "mandatory_values": None,
         "requires_confirmation": None,
-        "plugin": "discourse-citebot",
+        **({"plugin": row["plugin"]} if row["plugin"] else {}),
     }

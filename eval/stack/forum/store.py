@@ -14,16 +14,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-Row = dict[str, Any]
+from eval.stack.forum.site_settings import default_settings, matches
 
-# The companion plugin's flags (docs/generation.md): declared, boolean, off by default.
-CITEBOT_SETTINGS: tuple[tuple[str, str], ...] = (
-    ("citebot_enabled", "Let citebot answer members who mention it."),
-    ("citebot_posts_pipeline", "Post-grain retrieval (pgvector + keyword fusion)."),
-    ("citebot_input_gate", "Deterministic intent gate before retrieval."),
-    ("citebot_rerank", "Cross-encoder rerank and evidence zones."),
-    ("citebot_post_links", "Cite posts (/t/slug/id/n) instead of topics."),
-)
+Row = dict[str, Any]
 
 _POST_COLUMNS = (
     "p.id, p.topic_id, p.post_number, p.user_id, p.username, p.raw, p.cooked, p.plain, p.post_type,"
@@ -69,11 +62,13 @@ class ForumStore:
             if reset:
                 conn.execute("DROP SCHEMA IF EXISTS forum CASCADE")
             conn.execute(ddl)
-            for name, description in CITEBOT_SETTINGS:
-                conn.execute(
-                    "INSERT INTO forum.site_settings (name, type, value, default_value, description)"
-                    " VALUES (%s, 'bool', 'false', 'false', %s) ON CONFLICT (name) DO NOTHING",
-                    (name, description),
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO forum.site_settings"
+                    " (name, type, value, default_value, category, plugin, description)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE"
+                    " SET category = EXCLUDED.category, plugin = EXCLUDED.plugin",
+                    [(n, t, d, d, c, p, desc) for n, t, d, c, p, desc in default_settings()],
                 )
 
     def meta(self) -> Row | None:
@@ -136,6 +131,24 @@ class ForumStore:
                 f"SELECT {_POST_COLUMNS} FROM {_POST_FROM} WHERE p.id = %s",  # noqa: S608
                 (post_id,),
             ).fetchone()
+
+    def latest_posts(self, before: int | None, limit: int = 50) -> list[Row]:
+        """Public posts newest first (``PostsController#latest``): regular, visible, undeleted topics."""
+        with self.connection() as conn:
+            return conn.execute(
+                f"SELECT {_POST_COLUMNS} FROM {_POST_FROM}"  # noqa: S608
+                " WHERE p.deleted_at IS NULL AND NOT p.hidden AND t.deleted_at IS NULL AND t.visible"
+                " AND t.archetype = 'regular' AND (%s::bigint IS NULL OR p.id < %s)"
+                " ORDER BY p.id DESC LIMIT %s",
+                (before, before, limit),
+            ).fetchall()
+
+    def category_ids(self) -> list[int]:
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT category_id FROM forum.topics WHERE category_id IS NOT NULL ORDER BY 1"
+            ).fetchall()
+        return [int(r["category_id"]) for r in rows]
 
     def recent_identical(self, user_id: int, topic_id: int | None, raw: str, within_s: float) -> int | None:
         """A post by ``user_id`` with this exact ``raw`` created within ``within_s`` (Discourse's dedupe)."""
@@ -201,6 +214,21 @@ class ForumStore:
                 (raw, cooked, plain, plain, post_id),
             )
 
+    def set_topic_deleted(self, topic_id: int, deleted: bool) -> None:
+        with self.connection() as conn:
+            conn.execute(
+                "UPDATE forum.topics SET deleted_at = CASE WHEN %s THEN now() END WHERE id = %s",
+                (deleted, topic_id),
+            )
+
+    def post_by_number(self, topic_id: int, post_number: int) -> Row | None:
+        with self.connection() as conn:
+            return conn.execute(
+                f"SELECT {_POST_COLUMNS} FROM {_POST_FROM}"  # noqa: S608
+                " WHERE p.topic_id = %s AND p.post_number = %s",
+                (topic_id, post_number),
+            ).fetchone()
+
     def set_deleted(self, post_id: int, deleted: bool) -> None:
         with self.connection() as conn:
             conn.execute(
@@ -251,13 +279,19 @@ class ForumStore:
 
     # -- site settings ---------------------------------------------------------------------------
 
-    def site_settings(self, name_filter: str | None) -> list[Row]:
+    def site_settings(self, *, plugin: str | None = None, categories: Sequence[str] = ()) -> list[Row]:
+        """Settings as ``Admin::SiteSettingsController#index`` lists them (only these two filters)."""
         with self.connection() as conn:
-            return conn.execute(
-                "SELECT name, type, value, default_value, description FROM forum.site_settings"
-                " WHERE %s::text IS NULL OR name ILIKE '%%' || %s || '%%' ORDER BY name",
-                (name_filter, name_filter),
+            rows = conn.execute(
+                "SELECT name, type, value, default_value, category, plugin, description"
+                " FROM forum.site_settings ORDER BY name"
             ).fetchall()
+        return [r for r in rows if matches(r["plugin"], r["category"], want_plugin=plugin, want=categories)]
+
+    def setting(self, name: str) -> str | None:
+        with self.connection() as conn:
+            row = conn.execute("SELECT value FROM forum.site_settings WHERE name = %s", (name,)).fetchone()
+        return str(row["value"]) if row else None
 
     def set_site_setting(self, name: str, value: str) -> bool:
         with self.connection() as conn:

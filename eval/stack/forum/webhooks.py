@@ -25,6 +25,10 @@ EVENT_TYPES = {
     "post_edited": "post",
     "post_destroyed": "post",
     "post_recovered": "post",
+    "topic_created": "topic",
+    "topic_edited": "topic",
+    "topic_destroyed": "topic",
+    "topic_recovered": "topic",
 }
 
 
@@ -39,7 +43,8 @@ class Delivery:
 
 @dataclass
 class Faults:
-    """Knobs for tests: API latency, the next N API calls answering 429 or 5xx, lost webhooks."""
+    """Knobs for tests: API latency, the next N API calls answering 429 or 5xx, lost webhooks, and a
+    review queue (``hold_for_review``: posts by non-staff users are held, ``action: enqueued``)."""
 
     latency_s: float = 0.0
     rate_limit_next: int = 0
@@ -48,6 +53,7 @@ class Faults:
     error_status: int = 502
     drop_webhooks_next: int = 0
     drop_webhooks: bool = False
+    hold_for_review: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self, name: str) -> bool:
