@@ -125,12 +125,25 @@ class RerankerSettings(BaseModel):
 class LlmSettings(BaseModel):
     """The OpenAI-compatible chat model; unset `base_url` means the offline extractive generator."""
 
+    def token_param(self) -> str:
+        """The request field for ``max_tokens``, ``auto`` resolved from the server's host."""
+        if self.token_limit_param != "auto":  # noqa: S105 - a field name, not a secret
+            return self.token_limit_param
+        host = urlsplit(self.base_url or "").hostname or ""
+        return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
+
     base_url: str | None = Field(None, description="Root URL serving `/v1/chat/completions`.")
     api_key: SecretStr = Field(SecretStr(""), description="Bearer key, when the server wants one.")
     model: str = Field("llama3.1:8b", description="Model name sent in each request.")
     timeout_s: float = Field(60.0, gt=0, description="Timeout of one completion.")
     max_retries: int = Field(3, ge=0, le=10, description="Retries on 429/5xx/timeouts inside one attempt.")
     max_tokens: int = Field(600, ge=16, description="Completion token budget.")
+    token_limit_param: Literal["auto", "max_tokens", "max_completion_tokens"] = Field(
+        "auto",
+        description="Request field that carries the budget: `max_tokens` (Ollama, vLLM, llama.cpp) or"
+        " `max_completion_tokens` (OpenAI; its reasoning models refuse `max_tokens`); `auto`: the latter"
+        " for api.openai.com, the former elsewhere.",
+    )
     temperature: float = Field(0.2, ge=0, le=2, description="Sampling temperature.")
     context_tokens: int = Field(6000, ge=512, description="Prompt budget; evidence is cut to fit.")
     on_failure: Literal["apology", "silent"] = Field(

@@ -4,6 +4,7 @@
 # about: Site settings that steer the citebot worker (an external bot that answers from the forum's history)
 # version: 0.1.0
 # authors: citebot maintainers
+# url: https://github.com/YOUR-ORG/citebot/tree/main/deploy/discourse-plugin
 # required_version: 3.0.0
 
 # The plugin only declares site settings (config/settings.yml). The citebot worker reads them through

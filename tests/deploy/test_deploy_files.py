@@ -173,3 +173,14 @@ def test_compose_file_validates_where_compose_is_installed(tmp_path: Path) -> No
         # The issue asks for this check "where a docker client exists"; the parse tests above run always.
         pytest.skip("neither `docker compose` nor `docker-compose` is installed")
     assert result.returncode == 0, result.stderr
+
+
+def test_plugin_metadata_names_the_plugin_the_worker_reads_flags_of() -> None:
+    from eval.stack.forum.site_settings import PLUGIN_NAME
+    from worker.clients.discourse import SETTINGS_PLUGIN
+
+    header = (DEPLOY / "discourse-plugin" / "plugin.rb").read_text(encoding="utf-8")
+    meta = dict(re.findall(r"^# (\w+): (.+)$", header, re.MULTILINE))
+    assert meta["name"] == SETTINGS_PLUGIN == PLUGIN_NAME  # `?plugin=` matches plugin.rb's name
+    assert meta["url"].startswith("https://")
+    assert {"about", "version", "authors", "required_version"} <= meta.keys()

@@ -270,7 +270,7 @@ def test_an_expired_cache_does_not_block_other_threads() -> None:
 
 
 def site_settings_json(values: Mapping[str, str]) -> dict[str, object]:
-    """``GET /admin/site_settings.json?filter=citebot`` as Discourse answers it."""
+    """``GET /admin/site_settings.json?plugin=citebot`` as Discourse answers it."""
     return {
         "site_settings": [
             {

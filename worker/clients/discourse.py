@@ -35,6 +35,9 @@ from worker.settings import DiscourseSettings
 log = logging.getLogger(__name__)
 
 SERVICE = "discourse"
+# The companion plugin's name (`# name:` in deploy/discourse-plugin/plugin.rb): the flags are read with
+# `?plugin=citebot`, the only narrowing Admin::SiteSettingsController#index accepts besides `categories`.
+SETTINGS_PLUGIN = "citebot"
 # Discourse serves a topic's post stream in chunks of 20 and accepts that many ids per request.
 POST_IDS_PER_REQUEST = 20
 NOTIFICATION_KINDS: Mapping[int, Literal["mentioned", "replied", "private_message"]] = {
@@ -150,9 +153,12 @@ class DiscourseClient:
     # -- admin API -----------------------------------------------------------------------------
 
     def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
-        """Values of the named site settings (admin API, filter ``citebot``); unknown names are absent."""
+        """Values of the named site settings of the companion plugin (admin API, ``?plugin=citebot``);
+        unknown names are absent."""
         wanted = set(names)
-        data = self._request("GET", "/admin/site_settings.json", params={"filter": "citebot"}, admin=True)
+        data = self._request(
+            "GET", "/admin/site_settings.json", params={"plugin": SETTINGS_PLUGIN}, admin=True
+        )
         out: dict[str, object] = {}
         for item in data.get("site_settings") or []:
             name = item.get("setting")

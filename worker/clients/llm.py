@@ -86,7 +86,7 @@ class OpenAIChatClient:
         payload = {
             "model": self._settings.model,
             "messages": list(messages),
-            "max_tokens": self._settings.max_tokens,
+            self._settings.token_param(): self._settings.max_tokens,
             "temperature": self._settings.temperature,
             "stream": False,
         }

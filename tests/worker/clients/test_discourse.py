@@ -137,7 +137,7 @@ def test_create_post_posts_reply_fields(client: DiscourseClient) -> None:
 
 @respx.mock
 def test_site_settings_read_and_write(client: DiscourseClient) -> None:
-    respx.get(f"{BASE}/admin/site_settings.json").respond(
+    read = respx.get(f"{BASE}/admin/site_settings.json", params={"plugin": "citebot"}).respond(
         json={
             "site_settings": [
                 {"setting": "citebot_enabled", "value": "true", "type": "bool", "default": "false"},
@@ -149,6 +149,7 @@ def test_site_settings_read_and_write(client: DiscourseClient) -> None:
     put = respx.put(f"{BASE}/admin/site_settings/citebot_rerank.json").respond(200)
     values = client.get_site_settings(["citebot_enabled", "citebot_rerank"])
     assert values == {"citebot_enabled": True, "citebot_rerank": False}
+    assert dict(read.calls.last.request.url.params) == {"plugin": "citebot"}  # `filter` is ignored
     client.set_site_setting("citebot_rerank", True)
     assert put.calls.last.request.content == b'{"citebot_rerank":"true"}'
 

@@ -100,6 +100,30 @@ def test_posts_the_request_and_parses_text_model_and_usage(http: httpx.Client, s
     assert sleeps == []
 
 
+@pytest.mark.parametrize(
+    ("base", "setting", "field"),
+    [
+        (BASE, "auto", "max_tokens"),  # Ollama, vLLM, llama.cpp
+        ("https://api.openai.com/v1", "auto", "max_completion_tokens"),
+        (BASE, "max_completion_tokens", "max_completion_tokens"),
+        ("https://api.openai.com/v1", "max_tokens", "max_tokens"),
+    ],
+)
+def test_token_limit_field_follows_the_setting(base: str, setting: str, field: str, sleeps: Sleeps) -> None:
+    settings = LlmSettings.model_validate({"base_url": base, "token_limit_param": setting, "max_tokens": 99})
+    with respx.mock, httpx.Client() as http:
+        route = respx.post(chat_completions_url(base)).mock(return_value=httpx.Response(200, json=ok_body()))
+        OpenAIChatClient(http, settings, sleep=sleeps).complete(MESSAGES)
+        body = json.loads(route.calls.last.request.content)
+    assert body[field] == 99
+    assert {"max_tokens", "max_completion_tokens"} - {field} & body.keys() == set()
+
+
+def test_token_limit_field_is_checked_when_settings_load() -> None:
+    with pytest.raises(ValueError, match="token_limit_param"):
+        LlmSettings.model_validate({"base_url": BASE, "token_limit_param": "max_output_tokens"})
+
+
 @respx.mock
 def test_bearer_key_only_when_set(http: httpx.Client, sleeps: Sleeps) -> None:
     route = respx.post(URL).mock(return_value=httpx.Response(200, json=ok_body()))
