@@ -1,5 +1,7 @@
 """Keeping the index fresh one post or topic at a time (webhooks: post_edited, post_destroyed,
-post_recovered, topic_edited; called by the dramatiq actors in ``worker.actors``).
+post_recovered, topic_edited, topic_destroyed, topic_recovered; called by the dramatiq actors in
+``worker.actors``). A topic event re-reads the whole topic: a deleted one (404, or 200 with
+``deleted_at`` to staff) leaves the index entirely, a recovered one comes back post by post.
 
 Same text recipe, same digest and same eligibility rule as the bulk backfill, so an event for a post
 whose text did not change costs no embedding. The forum is read through the ``Forum`` protocol; the

@@ -3,7 +3,8 @@
 The first actor that sees a question ``claim``s it (``INSERT … ON CONFLICT DO NOTHING``); every later
 delivery of the same post finds the row and does nothing new. The row then moves through its states
 with ``transition``, a conditional UPDATE, so two workers holding the same message cannot both move it:
-``queued → retrieved → generated → posted | abstained | refused | failed`` (``skipped`` for rate limits).
+``queued → retrieved → generated → posted | abstained | refused | failed`` (``skipped`` for rate limits,
+``held_for_review`` when Discourse queued the reply for a moderator instead of posting it).
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 AnswerState = Literal[
-    "queued", "retrieved", "generated", "posted", "abstained", "refused", "failed", "skipped"
-]
+    "queued", "retrieved", "generated", "posted", "abstained", "refused", "failed", "skipped",
+    "held_for_review",
+]  # fmt: skip
 STATES: tuple[AnswerState, ...] = get_args(AnswerState)
-FINAL_STATES: frozenset[AnswerState] = frozenset({"posted", "abstained", "refused", "failed", "skipped"})
+FINAL_STATES: frozenset[AnswerState] = frozenset(
+    {"posted", "abstained", "refused", "failed", "skipped", "held_for_review"}
+)
 
 # Columns ``transition`` may set besides ``state``; jsonb ones are wrapped for psycopg.
 _FIELDS = frozenset(
-    {"zone", "rule_id", "sources", "reply_raw", "reply_post_id", "trace", "attempts", "error", "posted_at"}
+    {"zone", "rule_id", "sources", "reply_raw", "reply_post_id", "reply_post_number", "trace", "attempts"}
+    | {"error", "posted_at"}
 )
 _JSON_FIELDS = frozenset({"sources", "trace"})
 _COLUMNS = (
@@ -159,3 +164,28 @@ def transition(
     )
     row = conn.execute(query, [*values, post_id, list(from_states)]).fetchone()
     return row is not None
+
+
+def is_bot_reply(conn: psycopg.Connection[Any], topic_id: int, post_number: int) -> bool:
+    """Whether post ``post_number`` of ``topic_id`` is a reply the bot posted (as recorded here)."""
+    row = conn.execute(
+        "SELECT 1 FROM answers WHERE topic_id = %s AND reply_post_number = %s LIMIT 1",
+        (topic_id, post_number),
+    ).fetchone()
+    return row is not None
+
+
+def recent(conn: psycopg.Connection[Any], state: AnswerState | None = None, limit: int = 20) -> list[Answer]:
+    """The latest rows, newest first, optionally in one state (``citebot answers``)."""
+    cur = conn.execute(
+        f"SELECT {_COLUMNS} FROM answers WHERE %s::text IS NULL OR state = %s"  # noqa: S608
+        " ORDER BY updated_at DESC, id DESC LIMIT %s",
+        (state, state, int(limit)),
+    )
+    return [Answer(*row) for row in cur.fetchall()]
+
+
+def count_by_state(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """How many rows are in each state."""
+    rows = conn.execute("SELECT state, count(*) FROM answers GROUP BY state ORDER BY state").fetchall()
+    return {str(r[0]): int(r[1]) for r in rows}

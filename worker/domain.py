@@ -38,6 +38,16 @@ class ForumPost:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingPost:
+    """A post Discourse put in its review queue instead of publishing (``{"action": "enqueued",
+    "pending_post": {...}}``): there is no post id, and a moderator decides whether it ever appears."""
+
+    topic_id: int
+    pending_id: int | None = None
+    pending_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ForumTopic:
     """A topic with the posts of its stream (all pages merged when the caller asked for them)."""
 

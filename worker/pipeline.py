@@ -40,7 +40,7 @@ from psycopg_pool import ConnectionPool
 from gate import Gate, canned_text, detect_language
 from sanitizer import LinkGrain, sanitize
 from worker import answers
-from worker.domain import ForumPost, Source, Zone
+from worker.domain import ForumPost, PendingPost, Source, Zone
 from worker.errors import CitebotError, NotFoundError, PermanentError, TransientError
 from worker.flags import FlagReader
 from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
@@ -274,13 +274,16 @@ class AnswerPipeline:
         )
         started = time.perf_counter()
         existing = self._existing_reply(row) if resumed else None
+        reply_number: int | None = None
         if existing is not None:
             log.info("reply already on the forum; recording it", extra={"post_id": post_id})
             reply_id = existing
         else:
             post_number = row.post_number
             created = self.forum.create_post(row.topic_id, row.reply_raw, reply_to_post_number=post_number)
-            reply_id = created.id
+            if isinstance(created, PendingPost):
+                return self._held(conn, row, created, started)
+            reply_id, reply_number = created.id, created.post_number
         STAGE_SECONDS.labels("post").observe(time.perf_counter() - started)
         trace = dict(row.trace or {})
         trace["post"] = {"duration_ms": round((time.perf_counter() - started) * 1000, 3), "resumed": resumed}
@@ -290,12 +293,31 @@ class AnswerPipeline:
             ["generated"],
             final,
             reply_post_id=reply_id,
+            reply_post_number=reply_number,
             posted_at=_now(conn),
             error=None,
             trace=trace,
         )
         log.info("answered (%s)", final, extra={"post_id": post_id, "topic_id": row.topic_id})
         return Outcome(post_id, final, "resumed" if resumed else "", reply_id)
+
+    def _held(
+        self, conn: psycopg.Connection[Any], row: answers.Answer, pending: PendingPost, started: float
+    ) -> Outcome:
+        """Discourse queued the reply for review: final, never retried (another try queues a copy)."""
+        STAGE_SECONDS.labels("post").observe(time.perf_counter() - started)
+        trace = dict(row.trace or {})
+        trace["post"] = {
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "held_for_review": True,
+            "pending_post_id": pending.pending_id,
+        }
+        why = "Discourse holds the reply for review (make the bot account staff or trusted)"
+        answers.transition(conn, row.post_id, ["generated"], "held_for_review", error=why, trace=trace)
+        log.warning(
+            "reply held for review by Discourse", extra={"post_id": row.post_id, "topic_id": row.topic_id}
+        )
+        return Outcome(row.post_id, "held_for_review", why)
 
     # -- failure handling ---------------------------------------------------------------------------
 

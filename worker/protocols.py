@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from worker.domain import Completion, EmbedKind, ForumPost, ForumTopic, SearchHit
+from worker.domain import Completion, EmbedKind, ForumPost, ForumTopic, PendingPost, SearchHit
 
 
 @runtime_checkable
@@ -60,6 +60,6 @@ class Forum(KeywordSearch, Protocol):
 
     def create_post(
         self, topic_id: int, raw: str, *, reply_to_post_number: int | None = None
-    ) -> ForumPost: ...
+    ) -> ForumPost | PendingPost: ...
 
     def get_site_settings(self, names: Sequence[str]) -> dict[str, object]: ...

@@ -39,7 +39,10 @@ WEBHOOK_PATH = "/webhooks/discourse"
 QUESTION_EVENTS = frozenset({"post_created", "post_edited"})
 # post_created is here too: a new post is indexed as soon as it exists (the bot's own are skipped).
 POST_REFRESH_EVENTS = frozenset({"post_created", "post_edited", "post_destroyed", "post_recovered"})
-TOPIC_REFRESH_EVENTS = frozenset({"topic_edited"})
+# Deleting a topic sends post_destroyed for its first post only, plus topic_destroyed; recovering it,
+# post_recovered and topic_recovered. Each of them re-checks the whole topic.
+TOPIC_REFRESH_EVENTS = frozenset({"topic_edited", "topic_destroyed", "topic_recovered"})
+FIRST_POST_TOPIC_EVENTS = {"post_destroyed": "topic_destroyed", "post_recovered": "topic_recovered"}
 MIN_SECRET_CHARS = 12
 
 Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
@@ -234,6 +237,8 @@ def create_app(
                 outcome = "refresh"
                 if event in POST_REFRESH_EVENTS:
                     intake.refresh_post(post.id, event)
+                if event in FIRST_POST_TOPIC_EVENTS and post.post_number == 1:
+                    intake.refresh_topic(post.topic_id, FIRST_POST_TOPIC_EVENTS[event])
                 if event in QUESTION_EVENTS:
                     result = await accept_question(post, event)
                     if event == "post_created" or result in ("enqueued", "duplicate"):

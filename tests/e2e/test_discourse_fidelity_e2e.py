@@ -73,7 +73,7 @@ def test_reply_held_for_review_is_final_and_never_posted_twice(
     # come from the environment since a non-admin cannot read site settings.
     env = {f"CITEBOT_FLAGS__OVERRIDE_{name}": "true" for name in ("ENABLED", "POSTS_PIPELINE", "RERANK")}
     with open_stack(db_url, redis_url, tmp_path, env=env, forum={"bot_admin": False}) as stack:
-        stack.forum.faults.update({"hold_for_review": True})
+        stack.forum.faults.update({"hold_for_review": "citebot"})
         post_id = stack.ask("alice", 12, QUESTION)
         row = wait_for(
             lambda: (r := stack.row(post_id)) and r["state"] == "held_for_review" and r, what="held"

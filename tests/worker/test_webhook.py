@@ -182,6 +182,25 @@ def test_refresh_events_reach_the_intake(client: TestClient, intake: FakeIntake)
     assert intake.questions == []
 
 
+def test_topic_deletion_and_recovery_refresh_the_whole_topic(client: TestClient, intake: FakeIntake) -> None:
+    # Discourse deletes a topic with post_destroyed for the first post only, plus topic_destroyed.
+    first = post_payload(post_number=1, topic_id=88)
+    first_id = first["post"]["id"]  # type: ignore[index]
+    for event in ("post_destroyed", "post_recovered"):
+        assert deliver(client, first, event=event)[0] == 200
+    for event in ("topic_destroyed", "topic_recovered"):
+        assert deliver(client, {"topic": {"id": 88, "title": "Doomed topic"}}, event=event)[0] == 200
+    later = post_payload(post_number=3, topic_id=88)
+    assert deliver(client, later, event="post_destroyed")[0] == 200
+    assert intake.topics == [
+        (88, "topic_destroyed"),  # from the first post's post_destroyed alone
+        (88, "topic_recovered"),
+        (88, "topic_destroyed"),
+        (88, "topic_recovered"),
+    ]
+    assert intake.posts[:2] == [(first_id, "post_destroyed"), (first_id, "post_recovered")]
+
+
 def test_queue_failure_is_503_and_forgets_the_dedupe_key(client: TestClient, intake: FakeIntake) -> None:
     payload = post_payload()
     intake.fail_with = redis_lib.ConnectionError("down")

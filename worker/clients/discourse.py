@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import httpx
 
-from worker.domain import ForumPost, ForumTopic, Notification, SearchHit
+from worker.domain import ForumPost, ForumTopic, Notification, PendingPost, SearchHit
 from worker.errors import (
     AuthError,
     NotFoundError,
@@ -143,12 +143,29 @@ class DiscourseClient:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def create_post(self, topic_id: int, raw: str, *, reply_to_post_number: int | None = None) -> ForumPost:
-        """``POST /posts.json``: a reply in ``topic_id``, as the API user."""
+    def get_post_by_number(self, topic_id: int, post_number: int) -> ForumPost:
+        """``GET /posts/by_number/{topic_id}/{post_number}.json``: the post at that place of a topic."""
+        return parse_post(self._request("GET", f"/posts/by_number/{int(topic_id)}/{int(post_number)}.json"))
+
+    def create_post(
+        self, topic_id: int, raw: str, *, reply_to_post_number: int | None = None
+    ) -> ForumPost | PendingPost:
+        """``POST /posts.json``: a reply in ``topic_id``, as the API user. When Discourse holds the post
+        for review it answers 200 ``{"action": "enqueued", "pending_post": …}`` without a post: that
+        is a ``PendingPost``, a final outcome (posting again would queue another copy)."""
         body: Json = {"topic_id": int(topic_id), "raw": raw}
         if reply_to_post_number is not None:
             body["reply_to_post_number"] = int(reply_to_post_number)
-        return parse_post(self._request("POST", "/posts.json", json=body))
+        data = self._request("POST", "/posts.json", json=body)
+        if data.get("action") == "enqueued" or ("id" not in data and "pending_post" in data):
+            raw_pending = data.get("pending_post")
+            pending: Mapping[str, Any] = raw_pending if isinstance(raw_pending, Mapping) else {}
+            return PendingPost(
+                int(topic_id), _opt_int(pending.get("id")), _opt_int(data.get("pending_count"))
+            )
+        if "id" not in data:
+            raise PermanentError("POST /posts.json: answer without a post id", service=SERVICE)
+        return parse_post(data)
 
     # -- admin API -----------------------------------------------------------------------------
 

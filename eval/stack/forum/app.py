@@ -386,7 +386,8 @@ class ForumApp:
                 return JSONResponse(
                     {"action": "create_post", "errors": ["This topic is closed."]}, status_code=422
                 )
-        if self.faults.hold_for_review and not user.admin:
+        held = {n.strip().lower() for n in self.faults.hold_for_review.split(",") if n.strip()}
+        if user.username.lower() in held and not user.admin:
             # NewPostManager: the post waits in the review queue (staff are exempt); no post, no webhook.
             with self._log_lock:
                 self.pending_posts.append({"user": user.username, "topic_id": topic_id, "raw": raw})

@@ -44,7 +44,8 @@ class Delivery:
 @dataclass
 class Faults:
     """Knobs for tests: API latency, the next N API calls answering 429 or 5xx, lost webhooks, and a
-    review queue (``hold_for_review``: posts by non-staff users are held, ``action: enqueued``)."""
+    review queue (``hold_for_review``: comma-separated usernames whose posts wait for a moderator, as
+    Discourse does for a new account under ``approve_post_count``; staff are exempt)."""
 
     latency_s: float = 0.0
     rate_limit_next: int = 0
@@ -53,7 +54,7 @@ class Faults:
     error_status: int = 502
     drop_webhooks_next: int = 0
     drop_webhooks: bool = False
-    hold_for_review: bool = False
+    hold_for_review: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self, name: str) -> bool:
