@@ -40,9 +40,10 @@ def build_source(
         import httpx
 
         from backfill.sources.api import ApiSource
+        from worker.budget import shared_budget
 
         http = httpx.Client(timeout=settings.discourse.timeout_s)
-        return ApiSource(http, settings.discourse)
+        return ApiSource(http, settings.discourse, budget=shared_budget(settings))
     raise ConfigError(f"unknown source {kind!r}: choose db, api or file")
 
 

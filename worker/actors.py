@@ -28,7 +28,7 @@ import dramatiq
 from dramatiq.middleware import CurrentMessage
 
 from worker import answers
-from worker.addressing import BotIdentity
+from worker.addressing import BotIdentity, confirm_reply_to_bot
 from worker.errors import PermanentError, TransientError
 from worker.poller import PollReport, poll_once
 from worker.runtime import Runtime
@@ -90,8 +90,12 @@ def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limi
     options: dict[str, Any] = {"broker": broker, **retry_options(limits)}
 
     @dramatiq.actor(queue_name=QUESTIONS_QUEUE, **options)
-    def answer_question(post_id: int, topic_id: int, version: int, source: str = "webhook") -> None:
-        honour_retry_after(limits, lambda: handle_question(runtime(), post_id, topic_id, version, source))
+    def answer_question(
+        post_id: int, topic_id: int, version: int, source: str = "webhook", reply_to: int | None = None
+    ) -> None:
+        honour_retry_after(
+            limits, lambda: handle_question(runtime(), post_id, topic_id, version, source, reply_to)
+        )
 
     def enqueue_from_poll(post_id: int, topic_id: int, version: int) -> None:
         answer_question.send(post_id, topic_id, version, "poller")
@@ -104,13 +108,17 @@ def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limi
     def refresh_post(post_id: int, event: str) -> None:
         from backfill import incremental  # the indexing stack loads in workers only, not in the webhook
 
-        honour_retry_after(limits, lambda: incremental.refresh_post(runtime(), post_id, event))
+        honour_retry_after(
+            limits, lambda: incremental.refresh_post(runtime().at("background"), post_id, event)
+        )
 
     @dramatiq.actor(queue_name=INDEX_QUEUE, **options)
     def refresh_topic(topic_id: int, event: str) -> None:
         from backfill import incremental
 
-        honour_retry_after(limits, lambda: incremental.refresh_topic(runtime(), topic_id, event))
+        honour_retry_after(
+            limits, lambda: incremental.refresh_topic(runtime().at("background"), topic_id, event)
+        )
 
     # A scheduled incremental backfill (`citebot backfill --enqueue` from cron): unchanged posts are
     # skipped by digest, so a tick costs reading the source. Hours, not the default 10-minute limit.
@@ -126,9 +134,17 @@ def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limi
     return Actors(answer_question, poll_notifications, refresh_post, refresh_topic, backfill_tick)
 
 
-def handle_question(rt: Runtime, post_id: int, topic_id: int, version: int, source: str) -> None:
-    """Claim the row if no one has, then hand the question to the answerer unless it is finished."""
+def handle_question(
+    rt: Runtime, post_id: int, topic_id: int, version: int, source: str, reply_to: int | None = None
+) -> None:
+    """Claim the row if no one has, then hand the question to the answerer unless it is finished.
+
+    ``reply_to``: the post replies to that post number without naming its author (a quoting reply);
+    it is a question only if that post is the bot's (``addressing.confirm_reply_to_bot``)."""
     with rt.pool.connection() as conn:
+        if reply_to is not None and not confirm_reply_to_bot(conn, rt.forum, topic_id, reply_to, _bot(rt)):
+            log.debug("reply to post #%d is not to the bot", reply_to, extra={"post_id": post_id})
+            return
         created = answers.claim(conn, post_id, topic_id, None, version, None, None, source)
         row = answers.get(conn, post_id)
     if row is None:  # pragma: no cover - the row was just claimed or already there
@@ -142,13 +158,18 @@ def handle_question(rt: Runtime, post_id: int, topic_id: int, version: int, sour
     rt.answer(post_id, last_attempt=is_last_attempt(rt.settings.limits))
 
 
+def _bot(rt: Runtime) -> BotIdentity:
+    d = rt.settings.discourse
+    return BotIdentity(d.bot_username, d.bot_user_id, d.answer_pms)
+
+
 def run_poll(rt: Runtime, enqueue: Callable[[int, int, int], None]) -> PollReport:
     """One catch-up pass with the runtime's forum, database and Redis."""
     s = rt.settings
-    bot = BotIdentity(s.discourse.bot_username, s.discourse.bot_user_id, s.discourse.answer_pms)
+    bot = _bot(rt)
     with rt.pool.connection() as conn:
         return poll_once(
-            rt.forum,
+            rt.forum.at("background"),
             conn,
             rt.redis,
             enqueue,
@@ -166,8 +187,11 @@ class DramatiqIntake:
     def __init__(self, actors: Actors) -> None:
         self._actors = actors
 
-    def question(self, post_id: int, topic_id: int, version: int) -> None:
-        self._actors.answer_question.send(post_id, topic_id, version, "webhook")
+    def question(self, post_id: int, topic_id: int, version: int, reply_to: int | None = None) -> None:
+        if reply_to is None:
+            self._actors.answer_question.send(post_id, topic_id, version, "webhook")
+        else:
+            self._actors.answer_question.send(post_id, topic_id, version, "webhook", reply_to)
 
     def refresh_post(self, post_id: int, event: str) -> None:
         self._actors.refresh_post.send(post_id, event)

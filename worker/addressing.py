@@ -10,7 +10,11 @@ Addressed when Discourse would notify the bot, or when the post answers it:
   ``raw`` with the same exclusions: fenced, indented and inline code, ``[code]`` and ``[quote]``
   blocks, HTML comments, HTML blocks and the text of ``<code>``, ``<pre>`` and links, and
   an escaped ``\\@``. Both are held to one table of cases (``tests/worker/test_addressing.py``);
-- a **reply** to one of the bot's posts (:func:`replies_to_bot`);
+- a **reply** to one of the bot's posts: ``reply_to_user`` names the bot (:func:`replies_to_bot`), or
+  it is absent because the reply quotes its parent (Discourse's ``suppress_reply_when_quoting``, on by
+  default: "select text → Quote → reply"), leaving ``reply_to_post_number``: a ``reply_to_post``
+  candidate that the worker settles with :func:`confirm_reply_to_bot` (the ``answers`` table knows
+  where the bot's replies are; one ``GET /posts/by_number/…`` settles the rest);
 - a **private message** when PMs are enabled.
 
 Never addressed (loop prevention): system users and bots (user id ≤ 0), the bot itself, non-regular
@@ -24,14 +28,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from worker.domain import ForumPost
+from worker.errors import NotFoundError
+
+if TYPE_CHECKING:
+    import psycopg
 
 Reason = Literal[
     "mention",
     "reply",
     "private_message",
+    "reply_to_post",
     "system_user",
     "self",
     "post_type",
@@ -94,6 +103,11 @@ class Decision:
     def addressed(self) -> bool:
         return self.reason in ADDRESSED
 
+    @property
+    def needs_confirmation(self) -> bool:
+        """A reply whose parent's author Discourse did not name: addressed if the parent is the bot's."""
+        return self.reason == "reply_to_post"
+
 
 def decide(post: ForumPost, bot: BotIdentity) -> Decision:
     """The addressing decision for one post (checks loop prevention first)."""
@@ -115,6 +129,8 @@ def decide(post: ForumPost, bot: BotIdentity) -> Decision:
         return Decision("reply")
     if bot.answer_pms and post.archetype == "private_message":
         return Decision("private_message")
+    if post.reply_to_username is None and post.reply_to_post_number is not None:
+        return Decision("reply_to_post")
     return Decision("not_addressed")
 
 
@@ -128,6 +144,30 @@ def mentions_bot(post: ForumPost, bot: BotIdentity) -> bool:
 def replies_to_bot(post: ForumPost, bot: BotIdentity) -> bool:
     """Is the post a reply to one of the bot's posts? (Recognised by the replied-to user's name.)"""
     return post.reply_to_username is not None and post.reply_to_username.lower() == bot.username.lower()
+
+
+class BotPosts(Protocol):
+    """What confirming a reply needs from the forum."""
+
+    def get_post_by_number(self, topic_id: int, post_number: int) -> ForumPost: ...
+
+
+def confirm_reply_to_bot(
+    conn: psycopg.Connection[Any], forum: BotPosts, topic_id: int, post_number: int, bot: BotIdentity
+) -> bool:
+    """Whether post ``post_number`` of ``topic_id`` is the bot's: its recorded replies first, then one
+    API call (a bot post the table does not know: a reply from before it kept numbers, a manual post)."""
+    from worker import answers  # the webhook process decides without a database
+
+    if answers.is_bot_reply(conn, topic_id, post_number):
+        return True
+    try:
+        parent = forum.get_post_by_number(topic_id, post_number)
+    except NotFoundError:
+        return False
+    return parent.username.lower() == bot.username.lower() or (
+        bot.user_id is not None and parent.user_id == bot.user_id
+    )
 
 
 def mentions(raw: str, username: str) -> bool:

@@ -20,7 +20,7 @@ import psycopg
 import redis as redis_lib
 
 from worker import answers
-from worker.addressing import BotIdentity, decide
+from worker.addressing import BotIdentity, confirm_reply_to_bot, decide
 from worker.dedupe import dedupe_key, first_sighting, forget
 from worker.domain import ForumPost, Notification
 from worker.errors import NotFoundError
@@ -37,6 +37,8 @@ class NotificationSource(Protocol):
     def get_notifications(self, *, offset: int = 0) -> list[Notification]: ...
 
     def get_post(self, post_id: int) -> ForumPost: ...
+
+    def get_post_by_number(self, topic_id: int, post_number: int) -> ForumPost: ...
 
 
 Enqueue = Callable[[int, int, int], None]
@@ -139,7 +141,11 @@ def _catch_up(
         post = forum.get_post(post_id)
     except NotFoundError:
         return "not_addressed"
-    if not decide(post, bot).addressed:
+    decision = decide(post, bot)
+    if decision.needs_confirmation and post.reply_to_post_number is not None:
+        if not confirm_reply_to_bot(conn, forum, post.topic_id, post.reply_to_post_number, bot):
+            return "not_addressed"
+    elif not decision.addressed:
         return "not_addressed"
     key = dedupe_key(namespace, "post_created", post.id, post.version)
     if not first_sighting(redis, key, ttl):

@@ -17,6 +17,7 @@ import httpx
 import redis as redis_lib
 from psycopg_pool import ConnectionPool
 
+from worker.budget import Priority, build_budget
 from worker.clients.discourse import DiscourseClient
 from worker.clients.embeddings import build_embedder
 from worker.db.connect import open_pool
@@ -73,6 +74,10 @@ class Runtime:
             raise PermanentError("this process has no answer pipeline", service="citebot")
         self.answerer.answer(post_id, last_attempt=last_attempt)
 
+    def at(self, priority: Priority) -> Runtime:
+        """The same runtime whose forum client speaks at ``priority`` of the site-wide API budget."""
+        return replace(self, forum=self.forum.at(priority))
+
     def close(self) -> None:
         self.pool.close()
         self.http.close()
@@ -86,8 +91,9 @@ def build_runtime(settings: Settings, answerer_factory: AnswererFactory | None =
     """Open the pool and clients described by ``settings``."""
     pool = open_pool(settings.database)
     http = httpx.Client(timeout=settings.discourse.timeout_s)
-    forum = DiscourseClient(http, settings.discourse)
     redis = redis_lib.Redis.from_url(settings.redis.url)
+    budget = build_budget(settings.discourse, redis, settings.redis.namespace)
+    forum = DiscourseClient(http, settings.discourse, budget=budget, priority="answer")
     runtime = Runtime(settings, pool, http, forum, redis, Once(lambda: build_embedder(settings, http)))
     if answerer_factory is not None:
         runtime = replace(runtime, answerer=answerer_factory(runtime))

@@ -33,7 +33,9 @@ class DiscourseSettings(BaseModel):
     """The forum: its API, the bot account and the webhook secret."""
 
     base_url: str = Field("http://127.0.0.1:4200", description="Forum root URL, without trailing slash.")
-    api_key: SecretStr = Field(SecretStr(""), description="Admin API key (scoped: read, posts, settings).")
+    api_key: SecretStr = Field(
+        SecretStr(""), description="API key, scope Global (granular scopes miss the admin settings routes)."
+    )
     api_username: str = Field("citebot", description="User the API key acts as; replies are posted as them.")
     bot_username: str = Field("citebot", description="Name members mention (`@citebot`).")
     bot_user_id: int | None = Field(None, description="Bot user id, when known; used for loop prevention.")
@@ -42,9 +44,37 @@ class DiscourseSettings(BaseModel):
     )
     answer_pms: bool = Field(False, description="Answer private messages addressed to the bot.")
     timeout_s: float = Field(10.0, gt=0, description="Timeout of one API call.")
-    admin_requests_per_minute: int = Field(
-        20, gt=0, le=60, description="Budget for admin-API calls (Discourse allows ~60/min site-wide)."
+    site_api_limit_per_minute: int = Field(
+        60,
+        gt=0,
+        description="The forum's max_admin_api_reqs_per_minute (DISCOURSE_MAX_ADMIN_API_REQS_PER_MINUTE):"
+        " one limit for every admin-key request of the whole site.",
     )
+    api_requests_per_minute: float = Field(
+        40.0, gt=0, description="citebot's share of it, for every process and caller together (Redis)."
+    )
+    api_burst: int = Field(10, ge=1, description="Requests citebot may send at once after a quiet spell.")
+    api_reserve: int = Field(
+        3, ge=0, description="Tokens index refresh and poller leave for answers (the API backfill: twice)."
+    )
+    api_max_wait_s: float = Field(
+        30.0, gt=0, description="Longest wait for the budget before a job is retried later instead."
+    )
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> DiscourseSettings:
+        worst_minute = self.api_requests_per_minute + self.api_burst
+        if worst_minute > self.site_api_limit_per_minute:
+            raise ValueError(
+                f"api_requests_per_minute + api_burst = {worst_minute:g} requests in a minute, over the"
+                f" forum's limit of {self.site_api_limit_per_minute} (site_api_limit_per_minute):"
+                " leave headroom for the forum's other integrations"
+            )
+        if 2 * self.api_reserve >= self.api_burst:
+            raise ValueError(
+                "api_reserve must be less than half of api_burst (the backfill keeps 2x reserve)"
+            )
+        return self
 
     @field_validator("base_url")
     @classmethod

@@ -52,7 +52,9 @@ SmallInt = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 class Intake(Protocol):
     """Where accepted deliveries go: the queue (``worker.actors.DramatiqIntake``) or a test's list."""
 
-    def question(self, post_id: int, topic_id: int, version: int) -> None: ...
+    def question(self, post_id: int, topic_id: int, version: int, reply_to: int | None = None) -> None:
+        """Enqueue a question; ``reply_to`` asks the worker to confirm first that the post it replies to
+        (that post number of the topic) is the bot's."""
 
     def refresh_post(self, post_id: int, event: str) -> None: ...
 
@@ -205,14 +207,15 @@ def create_app(
 
     async def accept_question(post: WebhookPost, event: str) -> str:
         decision = decide(post.to_domain(), bot)
-        if not decision.addressed:
+        if not decision.addressed and not decision.needs_confirmation:
             log.debug("post %d ignored: %s", post.id, decision.reason)
             return decision.reason
         key = dedupe_key(namespace, event, post.id, post.version)
         if not await redis.set(key, b"1", nx=True, ex=ttl):
             return "duplicate"
         try:
-            intake.question(post.id, post.topic_id, post.version)
+            reply_to = post.reply_to_post_number if decision.needs_confirmation else None
+            intake.question(post.id, post.topic_id, post.version, reply_to)
         except Exception:
             await redis.delete(key)
             raise

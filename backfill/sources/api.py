@@ -21,8 +21,9 @@ import httpx
 
 from backfill.sources import SourceBatch, SourcePost
 from backfill.sources.discourse_json import source_post
+from worker.budget import ApiBudget
 from worker.clients.discourse import map_error
-from worker.errors import ServiceUnavailableError, TransientError
+from worker.errors import RateLimitedError, ServiceUnavailableError, TransientError
 from worker.settings import DiscourseSettings
 
 log = logging.getLogger(__name__)
@@ -37,18 +38,16 @@ class ApiSource:
         http: httpx.Client,
         settings: DiscourseSettings,
         *,
-        requests_per_minute: float = 60.0,
+        budget: ApiBudget | None = None,
         max_retries: int = 5,
         sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.http = http
         self.settings = settings
-        self.interval = 60.0 / requests_per_minute
+        # The site-wide budget at the lowest priority: answers and index refresh go first.
+        self.budget = budget if budget is not None else ApiBudget(settings, sleep=sleep)
         self.max_retries = max_retries
         self.sleep = sleep
-        self.clock = clock
-        self._next_at = 0.0
         self._topics: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._categories: dict[int, tuple[str | None, bool]] | None = None
 
@@ -116,17 +115,19 @@ class ApiSource:
         return self._categories
 
     def _get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One GET, paced, with 429 and 5xx retried (honouring the server's wait)."""
+        """One GET within the site-wide API budget (``bulk``), with 429 and 5xx retried (a 429 pauses
+        the budget for every process for the server's wait)."""
         for attempt in range(self.max_retries + 1):
-            now = self.clock()
-            if now < self._next_at:
-                self.sleep(self._next_at - now)
-            self._next_at = max(now, self._next_at) + self.interval
+            self.budget.acquire("bulk")
             try:
                 return self._request(path, params)
             except TransientError as exc:
                 if attempt >= self.max_retries:
                     raise
+                if isinstance(exc, RateLimitedError):
+                    self.budget.pause(exc.retry_after if exc.retry_after is not None else 60.0)
+                    log.warning("%s; the API budget waits %.1f s", exc, exc.retry_after or 60.0)
+                    continue
                 wait = exc.retry_after if exc.retry_after is not None else min(60.0, 2.0**attempt)
                 log.warning("%s; retrying in %.1f s", exc, wait)
                 self.sleep(wait)

@@ -63,15 +63,19 @@ class Stack:
     db_url: str
     env: dict[str, str]
     http: httpx.Client
+    log_path: Path | None = None
     worker: subprocess.Popen[bytes] | None = None
 
     def start_worker(self) -> None:
+        log = self.log_path.open("ab") if self.log_path else None
         self.worker = subprocess.Popen(
             [sys.executable, "-m", "worker.cli", "worker", "run", "--threads", "2"],
             env=self.env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=log if log is not None else subprocess.DEVNULL,
         )
+        if log is not None:
+            log.close()  # the child has its own descriptor
 
     def stop_worker(self, sig: int = signal.SIGTERM) -> None:
         if self.worker is not None:
@@ -240,7 +244,9 @@ def open_stack(
                 discourse={"base_url": forum_url, "api_key": KEY, "api_username": "citebot"},
             )
             with httpx.Client(timeout=10) as http:
-                s = Stack(settings, app, forum_url, tei, llm, db_url, worker_env, http)
+                s = Stack(
+                    settings, app, forum_url, tei, llm, db_url, worker_env, http, tmp_path / "worker.log"
+                )
                 s.flags(enabled=True, posts_pipeline=True, input_gate=True, rerank=True, post_links=True)
                 s.start_worker()
                 try:

@@ -72,7 +72,9 @@ def test_reply_held_for_review_is_final_and_never_posted_twice(
     # A bot account that is not staff, in a forum that sends its posts to the review queue; the flags
     # come from the environment since a non-admin cannot read site settings.
     env = {f"CITEBOT_FLAGS__OVERRIDE_{name}": "true" for name in ("ENABLED", "POSTS_PIPELINE", "RERANK")}
-    with open_stack(db_url, redis_url, tmp_path, env=env, forum={"bot_admin": False}) as stack:
+    with open_stack(
+        db_url, redis_url, tmp_path, env=env, forum={"bot_admin": False, "admins": ("system",)}
+    ) as stack:
         stack.forum.faults.update({"hold_for_review": "citebot"})
         post_id = stack.ask("alice", 12, QUESTION)
         row = wait_for(

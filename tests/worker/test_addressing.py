@@ -141,6 +141,9 @@ def test_the_cooked_html_decides_when_the_webhook_has_it() -> None:
         ({"raw": "@citebot hi"}, "mention"),
         ({"raw": "thanks", "reply_to_username": "CiteBot"}, "reply"),
         ({"raw": "thanks", "reply_to_username": "bob"}, "not_addressed"),
+        # A quoting reply: Discourse names no reply_to_user; the worker confirms the parent's author.
+        ({"raw": "[quote]x[/quote] and?", "reply_to_post_number": 3}, "reply_to_post"),
+        ({"raw": "x", "reply_to_post_number": 3, "reply_to_username": "bob"}, "not_addressed"),
         ({"raw": "@citebot hi", "user_id": -1}, "system_user"),
         ({"raw": "@citebot hi", "user_id": 0}, "system_user"),
         ({"raw": "@citebot hi", "username": "citebot"}, "self"),

@@ -56,6 +56,13 @@ class FakeForum:
             raise NotFoundError("gone", status=404)
         return self.posts[post_id]
 
+    def get_post_by_number(self, topic_id: int, post_number: int) -> ForumPost:
+        self.by_number_calls = getattr(self, "by_number_calls", 0) + 1
+        for post in self.posts.values():
+            if (post.topic_id, post.post_number) == (topic_id, post_number):
+                return post
+        raise NotFoundError("no such post", status=404)
+
 
 def run(forum: FakeForum, conn: psycopg.Connection, r: redis_lib.Redis, sent: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
     return poll_once(
@@ -92,6 +99,28 @@ def test_poll_enqueues_missed_questions_once(db_url: str, redis_url: str) -> Non
         again = run(forum, conn, r, sent)
         assert (again.enqueued, again.answered) == (0, 2)
     assert len(sent) == 2
+
+
+def test_poll_answers_a_quoting_reply_to_the_bot_and_not_one_to_someone_else(
+    db_url: str, redis_url: str
+) -> None:
+    # Discourse leaves reply_to_user out of a reply that quotes its parent (suppress_reply_when_quoting).
+    forum = FakeForum()
+    forum.add(302, "I am the bot's earlier answer.", kind="other", username="citebot", user_id=-5)
+    forum.add(303, "[quote]...[/quote] and on iOS?", kind="replied", reply_to_post_number=2)
+    forum.add(305, "a post by bob", kind="other", username="bob")
+    forum.add(306, "[quote]...[/quote] me too", kind="replied", reply_to_post_number=5)
+    forum.add(304, "[quote]...[/quote] recorded", kind="replied", reply_to_post_number=40)
+    r = redis_lib.Redis.from_url(redis_url)
+    sent: list[tuple[int, int, int]] = []
+    with psycopg.connect(db_url) as conn:
+        # Post #40 is a reply the bot posted, as the answers table recorded it.
+        answers.claim(conn, 399, 9, 39, 1, 4, "alice", "webhook")
+        conn.execute("UPDATE answers SET reply_post_number = 40 WHERE post_id = 399")
+        report = run(forum, conn, r, sent)
+    assert sorted(sent) == [(303, 9, 1), (304, 9, 1)]
+    assert report.not_addressed == 1
+    assert forum.by_number_calls == 2  # #40 needed no call
 
 
 def test_poll_skips_posts_whose_webhook_is_in_flight(db_url: str, redis_url: str) -> None:

@@ -182,6 +182,19 @@ def test_refresh_events_reach_the_intake(client: TestClient, intake: FakeIntake)
     assert intake.questions == []
 
 
+def test_quoting_reply_is_enqueued_for_the_worker_to_confirm(client: TestClient, intake: FakeIntake) -> None:
+    # suppress_reply_when_quoting: a reply that quotes its parent arrives without reply_to_user.
+    quoting = post_payload(
+        raw='[quote="citebot, post:4, topic:1"]x[/quote]\n\nAnd on iOS?', reply_to_post_number=4
+    )
+    status, out = deliver(client, quoting)
+    assert (status, out["outcome"]) == (200, "enqueued")
+    assert intake.to_confirm == [(quoting["post"]["id"], 4)]  # type: ignore[index]
+    named = post_payload(raw="thanks", reply_to_post_number=4, reply_to_user={"username": "bob"})
+    assert deliver(client, named)[1]["outcome"] == "not_addressed"
+    assert len(intake.questions) == 1
+
+
 def test_topic_deletion_and_recovery_refresh_the_whole_topic(client: TestClient, intake: FakeIntake) -> None:
     # Discourse deletes a topic with post_destroyed for the first post only, plus topic_destroyed.
     first = post_payload(post_number=1, topic_id=88)

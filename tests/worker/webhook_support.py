@@ -17,14 +17,17 @@ class FakeIntake:
     """Records what the webhook app accepted, instead of enqueueing it."""
 
     questions: list[tuple[int, int, int]] = field(default_factory=list)
+    to_confirm: list[tuple[int, int]] = field(default_factory=list)  # (post id, reply_to_post_number)
     posts: list[tuple[int, str]] = field(default_factory=list)
     topics: list[tuple[int, str]] = field(default_factory=list)
     fail_with: Exception | None = None
 
-    def question(self, post_id: int, topic_id: int, version: int) -> None:
+    def question(self, post_id: int, topic_id: int, version: int, reply_to: int | None = None) -> None:
         if self.fail_with is not None:
             raise self.fail_with
         self.questions.append((post_id, topic_id, version))
+        if reply_to is not None:
+            self.to_confirm.append((post_id, reply_to))
 
     def refresh_post(self, post_id: int, event: str) -> None:
         self.posts.append((post_id, event))

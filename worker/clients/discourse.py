@@ -6,8 +6,10 @@ Every call goes through ``_request``, which adds the ``Api-Key``/``Api-Username`
 failures onto ``worker.errors``: 429 → ``RateLimitedError`` (wait from ``Retry-After`` or
 ``extras.wait_seconds``), 5xx/timeouts/connection errors → ``ServiceUnavailableError``, 422 →
 ``ValidationError`` with Discourse's ``errors`` list, 401/403 → ``AuthError``, 404 → ``NotFoundError``,
-any other 4xx → ``PermanentError``. Admin-API calls (site settings) pass a token bucket first, because
-Discourse allows only ~60 of them a minute for the whole site.
+any other 4xx → ``PermanentError``. Every call takes a token of the site-wide API budget first
+(``worker.budget``): Discourse allows ~60 admin-key requests a minute for the whole site, whatever the
+route. A client speaks at one priority; ``at(priority)`` gives a view of it at another (same HTTP
+client, same budget). A 429 pauses the budget for its ``Retry-After`` in every process.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
+from worker.budget import ApiBudget, Priority
 from worker.domain import ForumPost, ForumTopic, Notification, PendingPost, SearchHit
 from worker.errors import (
     AuthError,
@@ -29,7 +32,6 @@ from worker.errors import (
     ServiceUnavailableError,
     ValidationError,
 )
-from worker.ratelimit import TokenBucket
 from worker.settings import DiscourseSettings
 
 log = logging.getLogger(__name__)
@@ -57,12 +59,22 @@ class DiscourseClient:
         http: httpx.Client,
         settings: DiscourseSettings,
         *,
-        admin_bucket: TokenBucket | None = None,
+        budget: ApiBudget | None = None,
+        priority: Priority = "answer",
     ) -> None:
         self._http = http
         self._settings = settings
         self._base = settings.base_url
-        self._admin_bucket = admin_bucket or TokenBucket(settings.admin_requests_per_minute, burst=3)
+        self._budget = budget if budget is not None else ApiBudget(settings)
+        self._priority: Priority = priority
+
+    @property
+    def priority(self) -> Priority:
+        return self._priority
+
+    def at(self, priority: Priority) -> DiscourseClient:
+        """This client at another priority of the shared budget."""
+        return DiscourseClient(self._http, self._settings, budget=self._budget, priority=priority)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -173,9 +185,7 @@ class DiscourseClient:
         """Values of the named site settings of the companion plugin (admin API, ``?plugin=citebot``);
         unknown names are absent."""
         wanted = set(names)
-        data = self._request(
-            "GET", "/admin/site_settings.json", params={"plugin": SETTINGS_PLUGIN}, admin=True
-        )
+        data = self._request("GET", "/admin/site_settings.json", params={"plugin": SETTINGS_PLUGIN})
         out: dict[str, object] = {}
         for item in data.get("site_settings") or []:
             name = item.get("setting")
@@ -187,7 +197,7 @@ class DiscourseClient:
         """``PUT /admin/site_settings/{name}.json`` (admin API)."""
         if isinstance(value, bool):
             value = "true" if value else "false"
-        self._request("PUT", f"/admin/site_settings/{name}.json", json={name: value}, admin=True)
+        self._request("PUT", f"/admin/site_settings/{name}.json", json={name: value})
 
     # -- transport -----------------------------------------------------------------------------
 
@@ -198,12 +208,8 @@ class DiscourseClient:
         *,
         params: Any = None,
         json: Json | None = None,
-        admin: bool = False,
     ) -> Json:
-        if admin:
-            waited = self._admin_bucket.acquire()
-            if waited:
-                log.debug("admin API budget: waited %.2fs", waited)
+        self._budget.acquire(self._priority)
         headers = {
             "Api-Key": self._settings.api_key.get_secret_value(),
             "Api-Username": self._settings.api_username,
@@ -234,7 +240,11 @@ class DiscourseClient:
                     f"{method} {path}: body is not JSON", service=SERVICE, status=status
                 ) from exc
             return data if isinstance(data, dict) else {"items": data}
-        raise map_error(method, path, response)
+        error = map_error(method, path, response)
+        if isinstance(error, RateLimitedError):
+            # The site's budget is spent (by us or by another integration): everyone waits.
+            self._budget.pause(error.retry_after if error.retry_after is not None else 60.0)
+        raise error
 
 
 def map_error(method: str, path: str, response: httpx.Response) -> Exception:

@@ -32,6 +32,7 @@ def _ask(args: argparse.Namespace) -> int:
 
     from gate import Gate, canned_text
     from sanitizer import sanitize
+    from worker.budget import shared_budget
     from worker.clients.discourse import DiscourseClient
     from worker.commands.common import settings_from
     from worker.db.connect import open_pool
@@ -53,7 +54,7 @@ def _ask(args: argparse.Namespace) -> int:
     with httpx.Client() as http:
         pool = open_pool(settings.database, max_size=2)
         try:
-            forum = DiscourseClient(http, settings.discourse)
+            forum = DiscourseClient(http, settings.discourse, budget=shared_budget(settings))
             with build_retriever(
                 settings, connections=pool.connection, keyword=forum, http=http
             ) as retriever:

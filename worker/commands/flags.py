@@ -58,11 +58,12 @@ def _value_arg(text: str) -> bool:
 
 
 def _client(args: argparse.Namespace) -> tuple[SiteSettings, FlagsSettings, httpx.Client]:
+    from worker.budget import shared_budget
     from worker.clients.discourse import DiscourseClient
 
     settings = settings_from(args)
     http = httpx.Client(timeout=settings.discourse.timeout_s)
-    return DiscourseClient(http, settings.discourse), settings.flags, http
+    return DiscourseClient(http, settings.discourse, budget=shared_budget(settings)), settings.flags, http
 
 
 def _show(args: argparse.Namespace) -> int:

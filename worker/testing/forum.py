@@ -66,6 +66,12 @@ class FakeForum:
             raise NotFoundError(f"post {post_id}", service="discourse", status=404)
         return self.posts[post_id]
 
+    def get_post_by_number(self, topic_id: int, post_number: int) -> ForumPost:
+        for post in self.posts.values():
+            if post.topic_id == topic_id and post.post_number == post_number:
+                return post
+        raise NotFoundError(f"post #{post_number} of topic {topic_id}", service="discourse", status=404)
+
     def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
         topic = self.topics[topic_id]
         posts = sorted(

@@ -4,6 +4,7 @@ import httpx
 import pytest
 import respx
 
+from worker.budget import ApiBudget
 from worker.clients.discourse import DiscourseClient
 from worker.errors import (
     AuthError,
@@ -13,7 +14,6 @@ from worker.errors import (
     ServiceUnavailableError,
     ValidationError,
 )
-from worker.ratelimit import TokenBucket
 from worker.settings import DiscourseSettings
 
 BASE = "http://forum.test"
@@ -259,7 +259,8 @@ def test_non_json_error_body_still_maps(client: DiscourseClient) -> None:
 
 
 @respx.mock
-def test_admin_calls_wait_for_the_bucket() -> None:
+def test_every_call_takes_a_token_of_the_site_budget_and_a_429_pauses_it() -> None:
+    # Discourse counts every admin-key request, whatever the route, against one limit.
     now = [0.0]
     slept: list[float] = []
 
@@ -267,15 +268,38 @@ def test_admin_calls_wait_for_the_bucket() -> None:
         slept.append(s)
         now[0] += s
 
-    bucket = TokenBucket(30, burst=2, clock=lambda: now[0], sleep=sleep)
-    settings = DiscourseSettings(base_url=BASE)  # type: ignore[call-arg]
-    client = DiscourseClient(httpx.Client(), settings, admin_bucket=bucket)
-    route = respx.get(f"{BASE}/admin/site_settings.json").respond(json={"site_settings": []})
+    settings = DiscourseSettings(base_url=BASE, api_requests_per_minute=30, api_burst=3, api_reserve=1)  # type: ignore[call-arg]
+    client = DiscourseClient(
+        httpx.Client(), settings, budget=ApiBudget(settings, sleep=sleep, clock=lambda: now[0])
+    )
+    respx.get(f"{BASE}/admin/site_settings.json").respond(json={"site_settings": []})
     respx.get(f"{BASE}/posts/1.json").respond(json=post_json(1))
-    for _ in range(4):
-        client.get_site_settings(["citebot_enabled"])
-    for _ in range(5):
-        client.get_post(1)  # not an admin call: never waits
-    assert route.call_count == 4
-    # 2 from the burst, then one every 2 s at 30/min.
-    assert slept == pytest.approx([2.0, 2.0])
+    client.get_site_settings(["citebot_enabled"])
+    for _ in range(3):
+        client.get_post(1)
+    # 3 from the burst, then one every 2 s at 30/min.
+    assert slept == pytest.approx([2.0])
+    respx.get(f"{BASE}/posts/2.json").respond(
+        429,
+        headers={"Retry-After": "7"},
+        json={"errors": ["slow down"], "error_type": "rate_limit", "extras": {"wait_seconds": 7}},
+    )
+    with pytest.raises(RateLimitedError):
+        client.get_post(2)
+    slept.clear()
+    client.get_post(1)
+    assert sum(slept) == pytest.approx(7 + 2.0)  # the pause, then a token from empty
+
+
+@respx.mock
+def test_background_callers_leave_the_reserve_to_answers() -> None:
+    now = [0.0]
+    settings = DiscourseSettings(base_url=BASE, api_requests_per_minute=6, api_burst=5, api_reserve=2)  # type: ignore[call-arg]
+    budget = ApiBudget(settings, sleep=lambda s: None, clock=lambda: now[0])
+    bulk = DiscourseClient(httpx.Client(), settings, budget=budget, priority="bulk")
+    respx.get(f"{BASE}/posts/1.json").respond(json=post_json(1))
+    bulk.get_post(1)  # 5 tokens -> 4: more than the bulk floor (4) is needed
+    assert bulk.at("background").priority == "background"
+    waits = [budget._try(f) for f in (4, 2, 0)]  # bulk, background, answer
+    assert waits[0] > 0
+    assert waits[1:] == [0.0, 0.0]
