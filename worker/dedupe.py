@@ -1,17 +1,32 @@
-"""Short-lived Redis keys that stop a repeated webhook delivery (or a poll) from enqueueing twice.
+"""Short-lived Redis keys that stop a repeated webhook delivery (or a poll) from queueing work twice.
 
-Discourse's automatic retries get a new event id and manual redeliveries keep it, so the key is the
-(event, post id, version) triple, not the event id. The database's unique ``answers.post_id`` is the
-second, durable line of defence.
+Only a delivery's body is signed, so every key comes from the body, never from a header:
+
+- a question is keyed on (post id, version): the webhook (``post_created`` or ``post_edited``, whichever
+  comes) and the poller share it, so one version of a post is asked at most once, and an edit event for
+  an unchanged version does nothing. Discourse's automatic retries get a new event id and manual
+  redeliveries keep it, so the event id is no key either;
+- an index refresh is keyed on the digest of the signed body: a replayed body, whatever event header
+  it carries, queues nothing; any change of the post gives a new body (``updated_at``, ``version``).
+
+The database's unique ``answers.post_id`` is the second, durable line of defence against answering twice.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 import redis as redis_lib
 
 
-def dedupe_key(namespace: str, event: str, post_id: int, version: int) -> str:
-    return f"{namespace}:webhook-seen:{event}:{int(post_id)}:{int(version)}"
+def question_key(namespace: str, post_id: int, version: int) -> str:
+    """The key of one version of one post asked as a question."""
+    return f"{namespace}:question-seen:{int(post_id)}:{int(version)}"
+
+
+def delivery_key(namespace: str, body: bytes) -> str:
+    """The key of one signed delivery body."""
+    return f"{namespace}:delivery-seen:{hashlib.sha256(body).hexdigest()}"
 
 
 def first_sighting(client: redis_lib.Redis, key: str, ttl_s: int) -> bool:

@@ -21,7 +21,7 @@ import redis as redis_lib
 
 from worker import answers
 from worker.addressing import BotIdentity, confirm_reply_to_bot, decide
-from worker.dedupe import dedupe_key, first_sighting, forget
+from worker.dedupe import first_sighting, forget, question_key
 from worker.domain import ForumPost, Notification
 from worker.errors import NotFoundError
 
@@ -147,7 +147,7 @@ def _catch_up(
             return "not_addressed"
     elif not decision.addressed:
         return "not_addressed"
-    key = dedupe_key(namespace, "post_created", post.id, post.version)
+    key = question_key(namespace, post.id, post.version)
     if not first_sighting(redis, key, ttl):
         return "in_flight"
     try:

@@ -249,6 +249,15 @@ class LimitsSettings(BaseModel):
     max_backoff_s: float = Field(300.0, gt=0, description="Cap of the retry delay.")
     webhook_max_body_bytes: int = Field(1_048_576, ge=1024, description="Larger webhook bodies get 413.")
     webhook_dedupe_ttl_s: int = Field(86_400, ge=60, description="Lifetime of webhook dedupe keys.")
+    webhook_body_timeout_s: float = Field(
+        5.0, gt=0, le=60, description="A webhook body not fully received this long gets 408."
+    )
+    webhook_redis_connections: int = Field(
+        64, ge=1, le=10_000, description="Redis connections the webhook app's one pool may open."
+    )
+    webhook_redis_wait_s: float = Field(
+        2.0, gt=0, le=30, description="How long a delivery waits for a free Redis connection before a 503."
+    )
     poll_lookback_s: int = Field(3_600, ge=60, description="How far back the catch-up poller looks.")
     poll_stale_after_s: int = Field(
         600,

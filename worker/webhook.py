@@ -1,14 +1,26 @@
 """The webhook receiver: Discourse's signed deliveries in, post ids onto the queue, 200 within milliseconds.
 
-Order of checks (docs/intake.md): read the raw body (413 over the limit, without reading the rest), verify
-``X-Discourse-Event-Signature`` (HMAC-SHA256 of the raw bytes, constant-time) before parsing (401),
-parse with pydantic (400), then decide cheaply whether the bot is addressed, dedupe on (event, post id,
-version) with a Redis ``SET NX`` key, and enqueue ids only. With no secret configured nothing is
-accepted. ``/healthz``: process up; ``/readyz``: Redis answers; ``/metrics``: Prometheus.
+Order of checks (SPEC §3.1): read the raw body (413 over the limit, without reading the rest; 408 when
+it has not arrived within ``limits.webhook_body_timeout_s``), verify ``X-Discourse-Event-Signature``
+(HMAC-SHA256 of the raw bytes, constant-time) before parsing (401), parse with pydantic (400), then
+decide cheaply whether the bot is addressed and enqueue ids only. With no secret configured nothing is
+accepted and ``/readyz`` says not ready.
+
+Only the body is signed: the ``X-Discourse-Event`` header can be changed by anyone who replays a
+captured delivery. So no header decides what work a body queues beyond what the body itself says:
+a question is deduped on (post id, version), a refresh on the digest of the signed body, and a post is
+removed from the index only when the body says it is deleted (``deleted_at``).
+
+Bursts: every delivery shares one Redis connection pool of ``limits.webhook_redis_connections``; a
+delivery waits up to ``limits.webhook_redis_wait_s`` for a free connection, and only then is shed with
+a 503 that says so (outcome ``shed``). A client that disconnects mid-body, a 401 and a 408 are each
+logged once per source address per minute (the deliveries metric counts every one), never as a
+traceback. ``/healthz``: process up; ``/readyz``: a secret is set and Redis answers; ``/metrics``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -24,29 +36,34 @@ import redis.asyncio as aredis_lib
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from worker.addressing import BotIdentity, decide
-from worker.dedupe import dedupe_key
+from worker.addressing import BotIdentity, Decision, decide
+from worker.dedupe import delivery_key, question_key
 from worker.domain import ForumPost
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
 
 WEBHOOK_PATH = "/webhooks/discourse"
-QUESTION_EVENTS = frozenset({"post_created", "post_edited"})
-# post_created is here too: a new post is indexed as soon as it exists (the bot's own are skipped).
-POST_REFRESH_EVENTS = frozenset({"post_created", "post_edited", "post_destroyed", "post_recovered"})
+# Every post event refreshes the post's index row (a new post is indexed as soon as it exists; the
+# bot's own are skipped) and asks it as a question when the body shows it addressed: the header only
+# says that the body is a post, so that what a body queues does not depend on it.
+POST_EVENTS = frozenset({"post_created", "post_edited", "post_destroyed", "post_recovered"})
 # Deleting a topic sends post_destroyed for its first post only, plus topic_destroyed; recovering it,
 # post_recovered and topic_recovered. Each of them re-checks the whole topic.
 TOPIC_REFRESH_EVENTS = frozenset({"topic_edited", "topic_destroyed", "topic_recovered"})
 FIRST_POST_TOPIC_EVENTS = {"post_destroyed": "topic_destroyed", "post_recovered": "topic_recovered"}
 MIN_SECRET_CHARS = 12
+# Posts longer than this are parsed for mentions in a worker thread, so that the event loop (other
+# deliveries, /healthz) keeps its turn; shorter ones cost well under a millisecond inline.
+INLINE_PARSE_CHARS = 8192
+LOG_EVERY_S = 60.0
 
 Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
-SmallInt = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+Positive = Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 
 class Intake(Protocol):
@@ -72,19 +89,19 @@ class WebhookPost(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     id: Id
     topic_id: Id
-    post_number: SmallInt = 0
+    post_number: Positive = 1
     raw: str | None = None
     cooked: str | None = None
     username: str = ""
     user_id: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
-    post_type: SmallInt = 1
-    reply_to_post_number: SmallInt | None = None
+    post_type: Positive = 1
+    reply_to_post_number: Positive | None = None
     reply_to_user: _ReplyTo | None = None
     topic_archetype: str | None = "regular"
     hidden: bool = False
     deleted_at: str | None = None
     user_deleted: bool = False
-    version: SmallInt = 1
+    version: Positive = 1
 
     def to_domain(self) -> ForumPost:
         return ForumPost(
@@ -139,6 +156,68 @@ class WebhookMetrics:
         )
 
 
+class OncePerSource:
+    """Logs an event at most once per (kind, source address) per ``every_s``, with how many were
+    suppressed since: an unauthenticated client cannot flood the log, and an operator still sees it."""
+
+    MAX_SOURCES = 10_000
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, every_s: float = LOG_EVERY_S) -> None:
+        self.clock = clock
+        self.every_s = every_s
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def log(self, level: int, kind: str, source: str, message: str) -> bool:
+        """Log ``message`` for this source unless it was logged within ``every_s``; True when logged."""
+        now = self.clock()
+        last, suppressed = self._seen.get((kind, source), (-self.every_s, 0))
+        if now - last < self.every_s:
+            self._seen[(kind, source)] = (last, suppressed + 1)
+            return False
+        if len(self._seen) >= self.MAX_SOURCES:
+            self._seen.clear()  # many sources at once: forget them all rather than grow without bound
+        self._seen[(kind, source)] = (now, 0)
+        log.log(
+            level,
+            "%s from %s (%d more from it in the last minute not logged)",
+            message,
+            source,
+            suppressed,
+            extra={"stage": "webhook", "outcome": kind},
+        )
+        return True
+
+
+def redis_for_webhook(settings: Settings) -> aredis_lib.Redis:
+    """The webhook app's Redis client: one pool, sized on purpose, whose callers wait for a connection.
+
+    The asyncio client's default pool refuses the 101st concurrent caller at once
+    (``MaxConnectionsError``); a ``BlockingConnectionPool`` makes it wait up to
+    ``limits.webhook_redis_wait_s`` instead. Short socket timeouts: with Redis unreachable, deliveries get
+    a quick 503 rather than a stalled loop."""
+    pool = aredis_lib.BlockingConnectionPool.from_url(
+        settings.redis.url,
+        max_connections=settings.limits.webhook_redis_connections,
+        timeout=settings.limits.webhook_redis_wait_s,
+        socket_connect_timeout=2,
+        socket_timeout=2,
+    )
+    return aredis_lib.Redis.from_pool(pool)  # closing the client closes the pool
+
+
+def _no_connection_in_time(exc: BaseException) -> bool:
+    """Is this the pool's "no connection available" after waiting (not Redis being down)?"""
+    return isinstance(exc, redis_lib.ConnectionError) and isinstance(exc.__cause__, asyncio.TimeoutError)
+
+
+def _refresh_event(event: str, post: WebhookPost) -> str:
+    """The event the indexer acts on: the body, not the unsigned header, says whether the post is gone
+    (a removal deletes without fetching; anything else fetches the post and follows what it finds)."""
+    if post.deleted_at is not None:
+        return "post_destroyed"
+    return "post_edited" if event == "post_destroyed" else event
+
+
 def sign(secret: bytes, body: bytes) -> str:
     """The ``X-Discourse-Event-Signature`` value Discourse sends for ``body``."""
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
@@ -182,9 +261,11 @@ def create_app(
     *,
     metrics: WebhookMetrics | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    source_log: OncePerSource | None = None,
 ) -> Starlette:
-    """The ASGI app. ``intake`` receives accepted ids; ``redis`` (an asyncio client, closed at shutdown)
-    holds the dedupe keys and answers /readyz. Only the enqueue itself is a blocking call."""
+    """The ASGI app. ``intake`` receives accepted ids; ``redis`` (an asyncio client, closed at shutdown;
+    :func:`redis_for_webhook` builds the production one) holds the dedupe keys and answers /readyz.
+    Only the enqueue itself is a blocking call."""
     secret = settings.discourse.webhook_secret.get_secret_value().encode("utf-8")
     if not secret:
         log.error("no webhook secret configured (CITEBOT_DISCOURSE__WEBHOOK_SECRET): every delivery gets 401")
@@ -196,64 +277,117 @@ def create_app(
         answer_pms=settings.discourse.answer_pms,
     )
     limit = settings.limits.webhook_max_body_bytes
+    body_timeout = settings.limits.webhook_body_timeout_s
     ttl = settings.limits.webhook_dedupe_ttl_s
     namespace = settings.redis.namespace
     m = metrics or WebhookMetrics()
+    once = source_log or OncePerSource()
 
     def done(started: float, outcome: str, status: int, detail: str = "ok") -> Response:
         m.deliveries.labels(outcome).inc()
         m.ack_seconds.observe(clock() - started)
         return JSONResponse({"status": detail, "outcome": outcome}, status_code=status)
 
-    async def accept_question(post: WebhookPost, event: str) -> str:
-        decision = decide(post.to_domain(), bot)
+    async def addressing(post: WebhookPost) -> Decision:
+        domain = post.to_domain()
+        if len(domain.raw or "") + len(domain.cooked) > INLINE_PARSE_CHARS:
+            decision = await asyncio.to_thread(decide, domain, bot)
+        else:
+            decision = decide(domain, bot)
         if not decision.addressed and not decision.needs_confirmation:
             log.debug("post %d ignored: %s", post.id, decision.reason)
+        return decision
+
+    async def first_sightings(keys: list[str]) -> list[bool]:
+        """SET NX EX every key in one round trip; True for each key this delivery saw first."""
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.set(key, b"1", nx=True, ex=ttl)
+            return [bool(r) for r in await pipe.execute()]
+
+    async def accept_post(body: bytes, event: str) -> str:
+        post = PostEnvelope.model_validate_json(body).post
+        decision = await addressing(post)
+        # A reply that quotes its parent is asked too; the worker confirms that the parent is the bot's.
+        ask = decision.addressed or decision.needs_confirmation
+        keys = [delivery_key(namespace, body)]
+        if ask:
+            keys.append(question_key(namespace, post.id, post.version))
+        fresh = await first_sightings(keys)
+        taken = [key for key, new in zip(keys, fresh, strict=True) if new]
+        try:
+            if fresh[0]:
+                refresh = _refresh_event(event, post)
+                intake.refresh_post(post.id, refresh)
+                if refresh in FIRST_POST_TOPIC_EVENTS and post.post_number == 1:
+                    intake.refresh_topic(post.topic_id, FIRST_POST_TOPIC_EVENTS[refresh])
+            if ask and fresh[1]:
+                reply_to = post.reply_to_post_number if decision.needs_confirmation else None
+                intake.question(post.id, post.topic_id, post.version, reply_to)
+                log.info("question enqueued", extra={"post_id": post.id, "topic_id": post.topic_id})
+                return "enqueued"
+        except Exception:
+            if taken:
+                await redis.delete(*taken)
+            raise
+        if ask or not fresh[0]:
+            return "duplicate"
+        if event == "post_created":
             return decision.reason
-        key = dedupe_key(namespace, event, post.id, post.version)
-        if not await redis.set(key, b"1", nx=True, ex=ttl):
+        return "refresh"
+
+    async def accept_topic(body: bytes, event: str) -> str:
+        topic = TopicEnvelope.model_validate_json(body).topic
+        key = delivery_key(namespace, body)
+        (fresh,) = await first_sightings([key])
+        if not fresh:
             return "duplicate"
         try:
-            reply_to = post.reply_to_post_number if decision.needs_confirmation else None
-            intake.question(post.id, post.topic_id, post.version, reply_to)
+            intake.refresh_topic(topic.id, event)
         except Exception:
             await redis.delete(key)
             raise
-        log.info("question enqueued", extra={"post_id": post.id, "topic_id": post.topic_id})
-        return "enqueued"
+        return "refresh"
 
     async def receive(request: Request) -> Response:
         started = clock()
+        source = request.client.host if request.client else "unknown"
         try:
-            body = await read_body(request, limit)
+            body = await asyncio.wait_for(read_body(request, limit), body_timeout)
         except _TooLarge:
             return done(started, "too_large", 413, "payload too large")
+        except TimeoutError:
+            once.log(
+                logging.INFO, "body_timeout", source, f"webhook body not received within {body_timeout:g} s"
+            )
+            return done(started, "body_timeout", 408, "request body not received in time")
+        except ClientDisconnect:
+            once.log(
+                logging.INFO, "disconnected", source, "webhook client disconnected before its body ended"
+            )
+            return done(started, "disconnected", 400, "client disconnected")
         if not signature_ok(secret, body, request.headers.get("x-discourse-event-signature")):
+            why = "no webhook secret configured" if not secret else "invalid or missing signature"
+            once.log(logging.WARNING, "unauthorized", source, f"webhook delivery refused (401): {why}")
             return done(started, "unauthorized", 401, "invalid or missing signature")
         event_type = request.headers.get("x-discourse-event-type", "")
         event = request.headers.get("x-discourse-event", "")
         if event_type == "ping" or event == "ping":
             return done(started, "ping", 200)
         try:
-            if event in QUESTION_EVENTS or event in POST_REFRESH_EVENTS:
-                post = PostEnvelope.model_validate_json(body).post
-                outcome = "refresh"
-                if event in POST_REFRESH_EVENTS:
-                    intake.refresh_post(post.id, event)
-                if event in FIRST_POST_TOPIC_EVENTS and post.post_number == 1:
-                    intake.refresh_topic(post.topic_id, FIRST_POST_TOPIC_EVENTS[event])
-                if event in QUESTION_EVENTS:
-                    result = await accept_question(post, event)
-                    if event == "post_created" or result in ("enqueued", "duplicate"):
-                        outcome = result
-                return done(started, outcome, 200)
+            if event in POST_EVENTS:
+                return done(started, await accept_post(body, event), 200)
             if event in TOPIC_REFRESH_EVENTS:
-                topic = TopicEnvelope.model_validate_json(body).topic
-                intake.refresh_topic(topic.id, event)
-                return done(started, "refresh", 200)
+                return done(started, await accept_topic(body, event), 200)
         except pydantic.ValidationError:
             return done(started, "bad_request", 400, "body is not a Discourse webhook payload")
         except (redis_lib.RedisError, dramatiq.errors.BrokerError, OSError) as exc:
+            if _no_connection_in_time(exc):
+                wait = settings.limits.webhook_redis_wait_s
+                once.log(
+                    logging.WARNING, "shed", source, f"webhook overloaded: no Redis connection in {wait:g} s"
+                )
+                return done(started, "shed", 503, "overloaded: no queue connection free in time, retry later")
             log.error("cannot enqueue: %s", type(exc).__name__)
             return done(started, "unavailable", 503, "queue unavailable")
         return done(started, "unknown_event", 200, "ignored")
@@ -262,6 +396,11 @@ def create_app(
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
+        if not secret:
+            reason = (
+                "no webhook secret configured (CITEBOT_DISCOURSE__WEBHOOK_SECRET): every delivery gets 401"
+            )
+            return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
         try:
             await redis.ping()
         except (redis_lib.RedisError, OSError) as exc:
@@ -286,4 +425,5 @@ def create_app(
         ],
     )
     app.state.metrics = m
+    app.state.redis = redis
     return app

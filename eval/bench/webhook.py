@@ -43,7 +43,8 @@ def delivery(post_id: int) -> bytes:
                 "name": "Member",
                 "username": "member",
                 "created_at": "2024-05-01T10:00:00.000Z",
-                "cooked": "<p>@citebot how do I enable shadows on a directional light?</p>",
+                "cooked": '<p><a class="mention" href="/u/citebot">@citebot</a> how do I enable shadows on a '
+                "directional light?</p>\n<pre><code>light.castShadows = true\n</code></pre>",
                 "post_number": 2,
                 "post_type": 1,
                 "updated_at": "2024-05-01T10:00:00.000Z",

@@ -155,7 +155,7 @@ def test_three_deliveries_of_one_webhook_make_one_row(stack: Stack, redis_url: s
     assert [d.attempts for d in stack.forum.webhooks.deliveries] == [3]
     # and when the Redis dedupe key is gone (TTL, Redis restart), the database still holds the line
     r = redis_lib.Redis.from_url(redis_url)
-    for key in r.scan_iter(match=f"{REDIS_NAMESPACE}:webhook-seen:*"):
+    for key in r.scan_iter(match=f"{REDIS_NAMESPACE}:*-seen:*"):
         r.delete(key)
     stack.redeliver(1)
     wait_for(lambda: queue_empty(redis_url))

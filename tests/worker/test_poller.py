@@ -10,7 +10,7 @@ import redis as redis_lib
 from tests.conftest import REDIS_NAMESPACE
 from worker import answers
 from worker.addressing import BotIdentity
-from worker.dedupe import dedupe_key
+from worker.dedupe import question_key
 from worker.domain import ForumPost, Notification
 from worker.errors import NotFoundError
 from worker.poller import poll_once
@@ -127,7 +127,7 @@ def test_poll_skips_posts_whose_webhook_is_in_flight(db_url: str, redis_url: str
     forum = FakeForum()
     forum.add(201, "@citebot question")
     r = redis_lib.Redis.from_url(redis_url)
-    r.set(dedupe_key(REDIS_NAMESPACE, "post_created", 201, 1), b"1", ex=60)
+    r.set(question_key(REDIS_NAMESPACE, 201, 1), b"1", ex=60)
     sent: list[tuple[int, int, int]] = []
     with psycopg.connect(db_url) as conn:
         report = run(forum, conn, r, sent)
@@ -158,7 +158,7 @@ def test_failed_enqueue_leaves_no_row_and_no_key(db_url: str, redis_url: str) ->
                 now=NOW,
             )
         assert answers.get(conn, 301) is None
-        assert r.exists(dedupe_key(REDIS_NAMESPACE, "post_created", 301, 1)) == 0
+        assert r.exists(question_key(REDIS_NAMESPACE, 301, 1)) == 0
         sent: list[tuple[int, int, int]] = []
         assert run(forum, conn, r, sent).enqueued == 1
 

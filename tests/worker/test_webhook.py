@@ -165,19 +165,19 @@ def test_oversized_body_is_413_without_reading_it_all(client: TestClient, intake
 
 
 def test_refresh_events_reach_the_intake(client: TestClient, intake: FakeIntake) -> None:
-    payload = post_payload(raw="edited text")
-    post = payload["post"]
-    assert isinstance(post, dict)
-    for event in ("post_edited", "post_destroyed", "post_recovered"):
+    # Each event as Discourse sends it: a body of its own (version, deleted_at, updated_at change).
+    bodies = [
+        ("post_edited", {"version": 2, "updated_at": "2024-05-01T10:05:00.000Z"}),
+        ("post_destroyed", {"version": 2, "deleted_at": "2024-05-01T10:06:00.000Z"}),
+        ("post_recovered", {"version": 2, "updated_at": "2024-05-01T10:07:00.000Z"}),
+    ]
+    for event, fields in bodies:
+        payload = post_payload(raw="edited text", id=4242, **fields)
         status, out = deliver(client, payload, event=event)
         assert (status, out["outcome"]) == (200, "refresh")
     status, _ = deliver(client, {"topic": {"id": 77, "title": "t"}}, event="topic_edited")
     assert status == 200
-    assert intake.posts == [
-        (post["id"], "post_edited"),
-        (post["id"], "post_destroyed"),
-        (post["id"], "post_recovered"),
-    ]
+    assert intake.posts == [(4242, "post_edited"), (4242, "post_destroyed"), (4242, "post_recovered")]
     assert intake.topics == [(77, "topic_edited")]
     assert intake.questions == []
 
@@ -214,6 +214,32 @@ def test_topic_deletion_and_recovery_refresh_the_whole_topic(client: TestClient,
     assert intake.posts[:2] == [(first_id, "post_destroyed"), (first_id, "post_recovered")]
 
 
+def test_the_event_header_cannot_delete_or_requeue(client: TestClient, intake: FakeIntake) -> None:
+    """Issue 13: the header is not signed. Replaying a signed body under another event queues nothing,
+    and only a body with deleted_at removes a post from the index."""
+    payload = post_payload()
+    assert deliver(client, payload)[1]["outcome"] == "enqueued"
+    for event in ("post_edited", "post_destroyed", "post_recovered", "post_created"):
+        status, out = deliver(client, payload, event=event)
+        assert (status, out["outcome"]) == (200, "duplicate")
+    assert len(intake.questions) == 1
+    assert [e for _, e in intake.posts] == ["post_created"]
+    deliver(client, post_payload(raw="not deleted", id=5151), event="post_destroyed")
+    assert intake.posts[-1] == (5151, "post_edited")  # a refresh that fetches the post, not a removal
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"version": -1}, {"version": 0}, {"post_number": -3}, {"post_number": 0}, {"id": 0}, {"topic_id": -2}],
+)
+def test_ids_versions_and_numbers_must_be_positive(
+    client: TestClient, intake: FakeIntake, fields: dict[str, object]
+) -> None:
+    status, out = deliver(client, post_payload(**fields))
+    assert (status, out["outcome"]) == (400, "bad_request")
+    assert intake.questions == intake.posts == []
+
+
 def test_queue_failure_is_503_and_forgets_the_dedupe_key(client: TestClient, intake: FakeIntake) -> None:
     payload = post_payload()
     intake.fail_with = redis_lib.ConnectionError("down")
@@ -245,6 +271,6 @@ def test_dedupe_keys_live_in_the_namespace_and_expire(client: TestClient, redis_
     payload = post_payload()
     deliver(client, payload)
     r = redis_lib.Redis.from_url(redis_url)
-    keys = list(r.scan_iter(match=f"{REDIS_NAMESPACE}:webhook-seen:*"))
-    assert len(keys) == 1
-    assert 0 < r.ttl(keys[0]) <= 86_400
+    keys = list(r.scan_iter(match=f"{REDIS_NAMESPACE}:*-seen:*"))
+    assert len(keys) == 2  # the question (post id, version) and the body's digest
+    assert all(0 < r.ttl(key) <= 86_400 for key in keys)

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.worker.webhook_support import SECRET, FakeIntake, post_payload
 from worker.addressing import BotIdentity, decide
-from worker.webhook import WEBHOOK_PATH, PostEnvelope, create_app, sign
+from worker.webhook import POST_EVENTS, WEBHOOK_PATH, PostEnvelope, create_app, sign
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,60 @@ def test_no_5xx_and_only_signed_addressed_posts_enqueue(
         assert enqueued == []
         return
     if enqueued:
-        assert event in ("post_created", "post_edited")
+        assert event in POST_EVENTS  # any post event: the body, not the header, decides
         post = PostEnvelope.model_validate_json(body).post
         assert decide(post.to_domain(), BOT).addressed
         assert enqueued == [(post.id, post.topic_id, post.version)]
+
+
+replay_headers = st.fixed_dictionaries(
+    {
+        "X-Discourse-Event": st.sampled_from(
+            [
+                "post_created",
+                "post_edited",
+                "post_destroyed",
+                "post_recovered",
+                "topic_edited",
+                "ping",
+                "x",
+                "",
+            ]
+        ),
+        "X-Discourse-Event-Type": st.sampled_from(["post", "topic", "ping", "", "user"]),
+        "X-Discourse-Event-Id": header_values,
+        "X-Discourse-Instance": header_values,
+    },
+    optional={
+        "X-Discourse-Extra": header_values,
+        "Content-Type": st.sampled_from(["application/json", "text/x"]),
+    },
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=bodies(), deliveries=st.lists(replay_headers, min_size=2, max_size=5))
+def test_no_header_change_without_a_new_signed_body_queues_new_work(
+    harness: tuple[TestClient, FakeIntake], body: bytes, deliveries: list[dict[str, str]]
+) -> None:
+    """Issue 13: only the body is signed. One signed body, delivered again under any headers, queues
+    work at most once: after the first delivery that queued anything, nothing more."""
+    client, intake = harness
+    signature = sign(SECRET.encode(), body)
+
+    def work() -> tuple[int, int, int]:
+        return len(intake.questions), len(intake.posts), len(intake.topics)
+
+    worked = False
+    for headers in deliveries:
+        before = work()
+        response = client.post(
+            WEBHOOK_PATH, content=body, headers={**headers, "X-Discourse-Event-Signature": signature}
+        )
+        assert response.status_code < 500
+        after = work()
+        if worked:
+            assert after == before, headers
+        worked = worked or after != before
+        # One delivery queues at most one question and one refresh.
+        assert all(b - a <= 1 for a, b in zip(before, after, strict=True))

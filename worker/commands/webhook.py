@@ -24,20 +24,17 @@ def register(group: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import redis.asyncio as aredis_lib
     import uvicorn
 
     from worker.actors import DramatiqIntake, declare_actors
     from worker.broker import build_broker
     from worker.commands.common import settings_from
     from worker.runtime import RuntimeProvider
-    from worker.webhook import create_app
+    from worker.webhook import create_app, redis_for_webhook
 
     settings = settings_from(args)
     broker = build_broker(settings.redis)
     actors = declare_actors(broker, RuntimeProvider(settings), settings.limits)
-    # Short timeouts: with Redis unreachable, deliveries get a quick 503 instead of a stalled loop.
-    redis = aredis_lib.Redis.from_url(settings.redis.url, socket_connect_timeout=2, socket_timeout=2)
-    app = create_app(settings, DramatiqIntake(actors), redis)
+    app = create_app(settings, DramatiqIntake(actors), redis_for_webhook(settings))
     uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_config=None)
     return 0
