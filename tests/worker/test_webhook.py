@@ -197,13 +197,16 @@ def test_quoting_reply_is_enqueued_for_the_worker_to_confirm(client: TestClient,
 
 def test_topic_deletion_and_recovery_refresh_the_whole_topic(client: TestClient, intake: FakeIntake) -> None:
     # Discourse deletes a topic with post_destroyed for the first post only, plus topic_destroyed.
-    first = post_payload(post_number=1, topic_id=88)
-    first_id = first["post"]["id"]  # type: ignore[index]
-    for event in ("post_destroyed", "post_recovered"):
-        assert deliver(client, first, event=event)[0] == 200
-    for event in ("topic_destroyed", "topic_recovered"):
-        assert deliver(client, {"topic": {"id": 88, "title": "Doomed topic"}}, event=event)[0] == 200
-    later = post_payload(post_number=3, topic_id=88)
+    # Each event carries its own body (deleted_at set, then cleared), as Discourse sends them.
+    gone, back = "2024-05-01T11:00:00.000Z", "2024-05-01T12:00:00.000Z"
+    deleted = post_payload(post_number=1, topic_id=88, id=8801, deleted_at=gone)
+    recovered = post_payload(post_number=1, topic_id=88, id=8801, updated_at=back)
+    assert deliver(client, deleted, event="post_destroyed")[0] == 200
+    assert deliver(client, recovered, event="post_recovered")[0] == 200
+    topic = {"id": 88, "title": "Doomed topic"}
+    assert deliver(client, {"topic": {**topic, "deleted_at": gone}}, event="topic_destroyed")[0] == 200
+    assert deliver(client, {"topic": {**topic, "deleted_at": None}}, event="topic_recovered")[0] == 200
+    later = post_payload(post_number=3, topic_id=88, deleted_at=gone)
     assert deliver(client, later, event="post_destroyed")[0] == 200
     assert intake.topics == [
         (88, "topic_destroyed"),  # from the first post's post_destroyed alone
@@ -211,7 +214,7 @@ def test_topic_deletion_and_recovery_refresh_the_whole_topic(client: TestClient,
         (88, "topic_destroyed"),
         (88, "topic_recovered"),
     ]
-    assert intake.posts[:2] == [(first_id, "post_destroyed"), (first_id, "post_recovered")]
+    assert intake.posts[:2] == [(8801, "post_destroyed"), (8801, "post_recovered")]
 
 
 def test_the_event_header_cannot_delete_or_requeue(client: TestClient, intake: FakeIntake) -> None:
