@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from worker.addressing import BotIdentity, Decision, decide
+from worker.clients.discourse import parse_post
 from worker.dedupe import delivery_key, question_key
 from worker.domain import ForumPost
 from worker.settings import Settings
@@ -104,22 +105,8 @@ class WebhookPost(BaseModel):
     version: Positive = 1
 
     def to_domain(self) -> ForumPost:
-        return ForumPost(
-            id=self.id,
-            topic_id=self.topic_id,
-            post_number=self.post_number,
-            username=self.username,
-            user_id=self.user_id,
-            raw=self.raw,
-            cooked=self.cooked or "",
-            post_type=self.post_type,
-            reply_to_post_number=self.reply_to_post_number,
-            reply_to_username=self.reply_to_user.username if self.reply_to_user else None,
-            version=self.version,
-            hidden=self.hidden,
-            deleted=self.deleted_at is not None or self.user_deleted,
-            archetype=self.topic_archetype or "regular",
-        )
+        """The validated payload as a ``ForumPost``, by the one mapping of Discourse's post JSON."""
+        return parse_post(self.model_dump())
 
 
 class PostEnvelope(BaseModel):

@@ -22,7 +22,7 @@ import httpx
 from backfill.sources import SourceBatch, SourcePost
 from backfill.sources.discourse_json import source_post
 from worker.budget import ApiBudget
-from worker.clients.discourse import map_error
+from worker.clients import http as outbound
 from worker.errors import RateLimitedError, ServiceUnavailableError, TransientError
 from worker.settings import DiscourseSettings
 
@@ -139,22 +139,19 @@ class ApiSource:
             "Api-Username": self.settings.api_username,
             "Accept": "application/json",
         }
-        try:
-            response = self.http.get(
-                self.settings.base_url + path, params=params, headers=headers, timeout=self.settings.timeout_s
-            )
-        except httpx.TimeoutException as exc:
-            raise ServiceUnavailableError(f"GET {path} timed out", service=SERVICE) from exc
-        except httpx.TransportError as exc:
-            raise ServiceUnavailableError(
-                f"GET {path} failed: {type(exc).__name__}", service=SERVICE
-            ) from exc
-        if response.status_code >= 300:
-            raise map_error("GET", path, response)
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise ServiceUnavailableError(f"GET {path}: body is not JSON", service=SERVICE) from exc
+        what = f"GET {path}"
+        response = outbound.send(
+            self.http,
+            SERVICE,
+            "GET",
+            self.settings.base_url + path,
+            what=what,
+            params=params,
+            headers=headers,
+            timeout=self.settings.timeout_s,
+        )
+        outbound.check(SERVICE, response, what=what)
+        data = outbound.json_body(SERVICE, response, what=what)
         if not isinstance(data, dict):
             raise ServiceUnavailableError(f"GET {path}: unexpected JSON", service=SERVICE)
         return data

@@ -2,36 +2,29 @@
 
 The injected client carries the timeout (``settings.discourse.timeout_s`` at the composition root).
 
-Every call goes through ``_request``, which adds the ``Api-Key``/``Api-Username`` headers and maps
-failures onto ``worker.errors``: 429 → ``RateLimitedError`` (wait from ``Retry-After`` or
-``extras.wait_seconds``), 5xx/timeouts/connection errors → ``ServiceUnavailableError``, 422 →
-``ValidationError`` with Discourse's ``errors`` list, 401/403 → ``AuthError``, 404 → ``NotFoundError``,
-any other 4xx → ``PermanentError``. Every call takes a token of the site-wide API budget first
-(``worker.budget``): Discourse allows ~60 admin-key requests a minute for the whole site, whatever the
-route. A client speaks at one priority; ``at(priority)`` gives a view of it at another (same HTTP
-client, same budget). A 429 pauses the budget for its ``Retry-After`` in every process.
+Every call goes through ``_request``, which adds the ``Api-Key``/``Api-Username`` headers and sends it
+through ``worker.clients.http`` (the one outbound call path and its status table): 429 →
+``RateLimitedError`` (wait from ``Retry-After`` or ``extras.wait_seconds``), 408/5xx/timeouts →
+``ServiceUnavailableError``, 400/413/422 → ``ValidationError`` with Discourse's ``errors``, 401/403 →
+``AuthError``, 404 → ``NotFoundError``, any other 4xx → ``PermanentError``. Every call takes a token of
+the site-wide API budget first (``worker.budget``): Discourse allows ~60 admin-key requests a minute
+for the whole site, whatever the route. A client speaks at one priority; ``at(priority)`` gives a view
+of it at another (same HTTP client, same budget). A 429 pauses the budget for its ``Retry-After`` in
+every process.
 """
 
 from __future__ import annotations
 
-import email.utils
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import httpx
 
 from worker.budget import ApiBudget, Priority
+from worker.clients import http as outbound
 from worker.domain import ForumPost, ForumTopic, Notification, PendingPost, SearchHit
-from worker.errors import (
-    AuthError,
-    NotFoundError,
-    PermanentError,
-    RateLimitedError,
-    ServiceUnavailableError,
-    ValidationError,
-)
+from worker.errors import CitebotError, PermanentError, RateLimitedError
 from worker.settings import DiscourseSettings
 
 log = logging.getLogger(__name__)
@@ -215,30 +208,19 @@ class DiscourseClient:
             "Api-Username": self._settings.api_username,
             "Accept": "application/json",
         }
-        try:
-            response = self._http.request(
-                method,
-                self._base + path,
-                params=params,
-                json=json,
-                headers=headers,
-            )
-        except httpx.TimeoutException as exc:
-            raise ServiceUnavailableError(f"{method} {path} timed out", service=SERVICE) from exc
-        except httpx.TransportError as exc:
-            raise ServiceUnavailableError(
-                f"{method} {path} failed: {type(exc).__name__}", service=SERVICE
-            ) from exc
-        status = response.status_code
-        if status < 300:
-            if not response.content:
-                return {}
-            try:
-                data = response.json()
-            except ValueError as exc:
-                raise ServiceUnavailableError(
-                    f"{method} {path}: body is not JSON", service=SERVICE, status=status
-                ) from exc
+        what = f"{method} {path}"
+        response = outbound.send(
+            self._http,
+            SERVICE,
+            method,
+            self._base + path,
+            what=what,
+            params=params,
+            json=json,
+            headers=headers,
+        )
+        if response.is_success:
+            data = outbound.json_body(SERVICE, response, what=what) if response.content else {}
             return data if isinstance(data, dict) else {"items": data}
         error = map_error(method, path, response)
         if isinstance(error, RateLimitedError):
@@ -247,49 +229,9 @@ class DiscourseClient:
         raise error
 
 
-def map_error(method: str, path: str, response: httpx.Response) -> Exception:
-    """The ``worker.errors`` exception for a non-2xx Discourse response."""
-    status = response.status_code
-    body = _json_or_empty(response)
-    errors = tuple(str(e) for e in body.get("errors") or [] if e is not None)
-    what = f"{method} {path}: " + ("; ".join(errors) if errors else response.reason_phrase or "error")
-    if status == 429:
-        return RateLimitedError(
-            what, service=SERVICE, status=status, retry_after=retry_after_of(response, body)
-        )
-    if status >= 500:
-        return ServiceUnavailableError(
-            what, service=SERVICE, status=status, retry_after=retry_after_of(response, body)
-        )
-    if status == 422:
-        return ValidationError(what, service=SERVICE, status=status, details=errors)
-    if status in (401, 403):
-        return AuthError(what, service=SERVICE, status=status, details=errors)
-    if status == 404:
-        return NotFoundError(what, service=SERVICE, status=status, details=errors)
-    return PermanentError(what, service=SERVICE, status=status, details=errors)
-
-
-def retry_after_of(response: httpx.Response, body: Mapping[str, Any]) -> float | None:
-    """Seconds to wait: ``Retry-After`` (seconds or HTTP date), else ``extras.wait_seconds``."""
-    header = response.headers.get("Retry-After")
-    if header:
-        header = header.strip()
-        try:
-            return max(0.0, float(header))
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(header)
-            except (TypeError, ValueError):
-                when = None
-            if when is not None:
-                return max(0.0, when.timestamp() - time.time())
-    extras = body.get("extras")
-    if isinstance(extras, Mapping):
-        wait = extras.get("wait_seconds")
-        if isinstance(wait, int | float) and not isinstance(wait, bool):
-            return max(0.0, float(wait))
-    return None
+def map_error(method: str, path: str, response: httpx.Response) -> CitebotError:
+    """Our error for a non-2xx Discourse response, by ``worker.clients.http``'s table."""
+    return outbound.status_error(SERVICE, response, what=f"{method} {path}")
 
 
 def parse_post(data: Mapping[str, Any], *, topic: Mapping[str, Any] | None = None) -> ForumPost:
@@ -324,14 +266,6 @@ def _setting_value(item: Mapping[str, Any]) -> object:
     if item.get("type") == "bool" and isinstance(value, str):
         return value.strip().lower() == "true"
     return value
-
-
-def _json_or_empty(response: httpx.Response) -> Json:
-    try:
-        data = response.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _opt_int(value: object) -> int | None:

@@ -85,24 +85,29 @@ def send(
     method: str,
     url: str,
     *,
+    what: str = "",
     outcome: Callable[[str], None] | None = None,
     **kwargs: Any,
 ) -> httpx.Response:
     """``http.request(method, url, **kwargs)``; a timeout or transport failure is ServiceUnavailableError.
 
-    The message names the exception type and httpx's reason (never the request's content). ``outcome``
-    (for a client's metrics) hears ``"timeout"``, ``"unreachable"`` or the status code.
+    The message names the exception type and httpx's reason (never the request's content), after
+    ``what`` (e.g. ``GET /t/1.json``) when given. ``outcome`` (for a client's metrics) hears
+    ``"timeout"``, ``"unreachable"`` or the status code.
     """
+    prefix = f"{what}: " if what else ""
     try:
         response = http.request(method, url, **kwargs)
     except httpx.TimeoutException as exc:
         if outcome is not None:
             outcome("timeout")
-        raise ServiceUnavailableError(f"timed out ({type(exc).__name__})", service=service) from None
+        raise ServiceUnavailableError(f"{prefix}timed out ({type(exc).__name__})", service=service) from None
     except httpx.RequestError as exc:  # connection, protocol, decoding, redirects
         if outcome is not None:
             outcome("unreachable")
-        raise ServiceUnavailableError(f"unreachable ({type(exc).__name__}: {exc})", service=service) from None
+        raise ServiceUnavailableError(
+            f"{prefix}unreachable ({type(exc).__name__}: {exc})", service=service
+        ) from None
     if outcome is not None:
         outcome(str(response.status_code))
     return response

@@ -217,8 +217,9 @@ def test_429_is_rate_limited_with_the_wait(
         (401, AuthError),
         (403, AuthError),
         (404, NotFoundError),
-        (400, PermanentError),
-        (413, PermanentError),
+        (400, ValidationError),  # the one table of worker/clients/http.py (tests/worker/clients/test_http.py)
+        (413, ValidationError),
+        (409, PermanentError),
     ],
 )
 def test_status_codes_map_to_the_error_tree(
