@@ -54,6 +54,12 @@ class Once(Generic[T]):
                 value = self._value
         return value
 
+    def take(self) -> T | None:
+        """The object if it was built, forgetting it (the next call builds anew); None if never built."""
+        with self._lock:
+            value, self._value = self._value, None
+        return value
+
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
@@ -105,21 +111,12 @@ class RuntimeProvider:
 
     def __init__(self, settings: Settings, answerer_factory: AnswererFactory | None = None) -> None:
         self.settings = settings
-        self._factory = answerer_factory
-        self._runtime: Runtime | None = None
-        self._lock = threading.Lock()
+        self._runtime = Once(lambda: build_runtime(settings, answerer_factory))
 
     def __call__(self) -> Runtime:
-        runtime = self._runtime
-        if runtime is None:
-            with self._lock:
-                if self._runtime is None:
-                    self._runtime = build_runtime(self.settings, self._factory)
-                runtime = self._runtime
-        return runtime
+        return self._runtime()
 
     def close(self) -> None:
-        with self._lock:
-            if self._runtime is not None:
-                self._runtime.close()
-                self._runtime = None
+        runtime = self._runtime.take()
+        if runtime is not None:
+            runtime.close()
