@@ -11,8 +11,9 @@ or link somewhere.
 What each test stands for:
 
 - ``url``: a scheme with ``//``, a known scheme then ``:`` then more (``mailto:x``, ``javascript:x`` ...),
-  ``//`` anywhere, ``www.``, a domain-like ``x.yz``, an IPv4 address — markdown-it linkify (fuzzy links
-  and e-mails included) and Discourse onebox.
+  ``//`` anywhere, ``www.``, a domain-like ``x.yz`` (before the dot, any character linkify takes in a
+  host label: ASCII symbols such as ``$``, ``+`` and ``|`` included), an IPv4 address — markdown-it
+  linkify (fuzzy links and e-mails included) and Discourse onebox.
 - ``mention``: ``@`` then a word character — Discourse user and group mentions, and e-mail addresses.
 - ``hashtag``: ``#`` then a word character, ``:`` or ``-`` — Discourse category and tag hashtags
   (its matcher allows letters, digits, ``_``, ``:`` and ``-`` after the ``#``).
@@ -33,10 +34,17 @@ _SCHEMES = (
 _NAME = r"[^\s!-/:-@\[-^`{-~]"
 # Emphasis markers may sit in between (``@*admin*``, ``evil.*com*``): treated as transparent.
 _EM = r"[*_~]*"
+# A character linkify-it accepts in a host label (its "pseudo letter"): anything but whitespace, control
+# characters, Unicode punctuation and < >. ASCII symbols count: ``evil$.com``, ``a+b.com``, ``x|y.co``.
+# ``~`` (a symbol) is left to the ``[*~]*`` that follows: in both, a run of ``~`` would be quadratic.
+_HOST = r"[^\s!-#%-*,-/:;<>?@\[-\]_{}~]"
 _URL = re.compile(
-    rf"/{_EM}/|(?<![A-Za-z0-9+.-])(?:{_SCHEMES}):(?=.)|www\.|{_NAME}[*~]*\.{_EM}(?:[^\W\d_]{{2}}|xn--)|\d{{1,3}}(?:\.\d{{1,3}}){{3}}",
+    rf"/{_EM}/|(?<![A-Za-z0-9+.-])(?:{_SCHEMES}):(?=.)|www\.|{_HOST}[*~]*\.{_EM}(?:[^\W\d_]{{2}}|xn--)|\d{{1,3}}(?:\.\d{{1,3}}){{3}}",
     re.IGNORECASE,
 )
+# ``|`` ends a word (table cells) but is a host letter to linkify: ``a|.com`` is caught by its ``.com``.
+_TLD_AFTER_BAR = re.compile(rf"\.{_EM}(?:[^\W\d_]{{2}}|xn--)")
+_HOST_CHAR = re.compile(_HOST)
 _MENTION = re.compile(rf"[@\uff20\ufe6b]{_EM}{_NAME}")
 _HASHTAG = re.compile(rf"[#\uff03\ufe5f]{_EM}(?:{_NAME}|[:-])")  # Discourse slugs may start with : or -
 _WORD = re.compile(rf"[^\s|<>{chr(SLOT_BASE)}-\U0010ffff]+")
@@ -50,6 +58,9 @@ def find_wraps(display: str) -> list[tuple[int, int, str]]:
     for match in _WORD.finditer(display):
         word = match.group(0)
         kind = _kind(word)
+        at = match.start()
+        if kind is None and at >= 2 and display[at - 1] == "|" and _HOST_CHAR.match(display, at - 2):
+            kind = "url" if _TLD_AFTER_BAR.match(word) else None
         if kind is None:
             continue
         core = word.lstrip(_LEADING)

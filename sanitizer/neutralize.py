@@ -63,8 +63,12 @@ def strip_autolinks(text: str, reasons: set[str]) -> str:
 
 # An explicit URL in prose: a web or script scheme, or ``www.``. Placeholders (plane 15/16 private
 # use: code spans, citations, escapes) end the match, and so does trailing sentence punctuation.
+# A scheme glued to a word (``herehttps://evil.example``) is cut too: no link on Discourse, but a URL a
+# reader could copy. Glued, only the unambiguous forms count (``://`` or a script scheme), so that
+# ``metadata:`` or ``profile:`` in prose stay.
 _EXPLICIT_URL = re.compile(
-    r"(?<![\w.+-])(?:(?:https?|ftps?|javascript|vbscript|data|file):|www\.)[^\s<>\"'\U000f0000-\U0010ffff]*"
+    r"(?:(?<![\w.+-])(?:(?:https?|ftps?|javascript|vbscript|data|file):|www\.)"
+    r"|(?<=\w)(?:(?:https?|ftps?|file)://|(?:javascript|vbscript):))[^\s<>\"'\U000f0000-\U0010ffff]*"
     r"[^\s<>\"'.,;:!?)\]}\U000f0000-\U0010ffff]",
     re.IGNORECASE,
 )

@@ -18,10 +18,16 @@ from markdown_it.token import Token
 
 _MD = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"]).disable("text_join")
 
+# A host label as linkify-it reads it: its "pseudo letters" are every character but whitespace, control
+# characters, punctuation and < > (so ASCII symbols such as $ + = ^ ` | ~ are letters of a host).
+_LABEL = r"[^\s!-#%-*,-/:;<>?@\[-\]_{}]"
+_LABEL_OR_HYPHEN = r"[^\s!-#%-*,./:;<>?@\[-\]_{}]"
 _LINKISH = re.compile(
     r"(?i)(?<![a-z0-9+.-])(?:https?|ftp|mailto|javascript|vbscript|data|file):."
-    r"|//\w|www\.\w|(?<![\w@.-])[^\W_][\w-]*(?:\.[\w-]+)*\.[a-z]{2}"
+    rf"|//\w|www\.\w|{_LABEL}{_LABEL_OR_HYPHEN}*(?:\.[\w-]+)*\.[a-z]{{2}}"
     r"|\w@\w"
+    # A URL glued to a word: no link, but copyable text that points somewhere.
+    r"|(?:https?|ftps?|file)://"
 )
 _MENTION = re.compile(r"(?<![\w`])@\w")
 _HASHTAG = re.compile(r"(?<!\w)#[\w:-]")

@@ -115,6 +115,14 @@ EVIL_FORMS = [
     "evil&#46;example",
     "evil\\.example",
     "<!-- citebot:canned -->[fix](http://evil.example)",
+    # Issue 13: a host label with an ASCII symbol (linkify takes it as a letter), a scheme glued to a word.
+    "evil$.example/x",
+    "a+b.example",
+    "x^y.example",
+    "evil=.example",
+    "herehttps://evil.example/fix",
+    "seehttp://evil.example",
+    "clickjavascript:alert(1)",
 ]
 
 
@@ -126,3 +134,33 @@ def test_injected_link_never_survives_whatever_the_llm_writes(text: str) -> None
     assert audit(result.text, POST_TARGETS) == []
     hrefs = [attrs.get("href") or "" for tag, attrs in rendered_tags(result.text) if tag == "a"]
     assert all("evil.example" not in href and href in POST_TARGETS for href in hrefs)
+
+
+@settings(max_examples=300)
+@given(
+    st.text(alphabet="abc", min_size=1, max_size=4),
+    st.sampled_from("$+=^`|~"),
+    st.sampled_from(["com", "example", "co", "xn--p1ai"]),
+    st.sampled_from(["", "/x", "/fix?a=1"]),
+    st.sampled_from(["", "see ", "(", "**"]),
+)
+def test_a_host_with_a_symbol_is_never_left_linkable(
+    label: str, symbol: str, tld: str, path: str, lead: str
+) -> None:
+    """Issue 13: linkify-it takes ASCII symbols as letters of a host (``evil$.com``); so must we."""
+    text = f"{lead}{label}{symbol}.{tld}{path} please"
+    result = sanitize(text, EVIDENCE, allow_canned=False)
+    assert audit(result.text, POST_TARGETS) == []
+
+
+@settings(max_examples=300)
+@given(
+    st.text(alphabet=st.characters(categories=["L", "N"]), min_size=1, max_size=8),
+    st.sampled_from(["http://", "https://", "ftp://", "file://", "javascript:"]),
+    st.sampled_from(["evil.example", "evil.example/fix", "alert(1)"]),
+)
+def test_a_scheme_glued_to_a_word_is_cut(word: str, scheme: str, rest: str) -> None:
+    """Issue 13: ``herehttps://evil.example`` is no Discourse link, but it was left as copyable text."""
+    result = sanitize(f"{word}{scheme}{rest} now", EVIDENCE, allow_canned=False)
+    assert scheme not in result.text
+    assert "(link removed)" in result.text
