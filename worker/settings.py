@@ -256,7 +256,7 @@ class LimitsSettings(BaseModel):
         64, ge=1, le=10_000, description="Redis connections the webhook app's one pool may open."
     )
     webhook_redis_wait_s: float = Field(
-        2.0, gt=0, le=30, description="How long a delivery waits for a free Redis connection before a 503."
+        10.0, gt=0, le=30, description="How long a delivery waits for a free Redis connection before a 503."
     )
     poll_lookback_s: int = Field(3_600, ge=60, description="How far back the catch-up poller looks.")
     poll_stale_after_s: int = Field(

@@ -179,12 +179,15 @@ def redis_for_webhook(settings: Settings) -> aredis_lib.Redis:
     """The webhook app's Redis client: one pool, sized on purpose, whose callers wait for a connection.
 
     The asyncio client's default pool refuses the 101st concurrent caller at once
-    (``MaxConnectionsError``); a ``BlockingConnectionPool`` makes it wait up to
-    ``limits.webhook_redis_wait_s`` instead. Short socket timeouts: with Redis unreachable, deliveries get
-    a quick 503 rather than a stalled loop."""
+    (``MaxConnectionsError``: 100 of 200 concurrent deliveries got 503). Deliveries take turns for
+    Redis in :func:`create_app` (``limits.webhook_redis_connections`` at once); this
+    ``BlockingConnectionPool`` holds that many connections plus a few, and makes a caller wait rather
+    than fail should it ever run short. Short socket timeouts: with Redis unreachable, deliveries get a
+    quick 503 rather than a stalled loop."""
     pool = aredis_lib.BlockingConnectionPool.from_url(
         settings.redis.url,
-        max_connections=settings.limits.webhook_redis_connections,
+        # The deliveries' turns (create_app) plus a few for /readyz, so that they never wait here.
+        max_connections=settings.limits.webhook_redis_connections + 4,
         timeout=settings.limits.webhook_redis_wait_s,
         socket_connect_timeout=2,
         socket_timeout=2,
@@ -192,9 +195,8 @@ def redis_for_webhook(settings: Settings) -> aredis_lib.Redis:
     return aredis_lib.Redis.from_pool(pool)  # closing the client closes the pool
 
 
-def _no_connection_in_time(exc: BaseException) -> bool:
-    """Is this the pool's "no connection available" after waiting (not Redis being down)?"""
-    return isinstance(exc, redis_lib.ConnectionError) and isinstance(exc.__cause__, asyncio.TimeoutError)
+class _Shed(Exception):
+    """No Redis turn within ``limits.webhook_redis_wait_s``: the delivery is shed with a 503."""
 
 
 def _refresh_event(event: str, post: WebhookPost) -> str:
@@ -285,12 +287,34 @@ def create_app(
             log.debug("post %d ignored: %s", post.id, decision.reason)
         return decision
 
+    # At most as many deliveries use Redis at once as the pool has connections; the others queue here,
+    # first come first served, and give up (503, shed) after the wait. A semaphore wakes one waiter per
+    # release; the pool's own wait would wake every waiter each time (slow with hundreds waiting).
+    turns = asyncio.Semaphore(settings.limits.webhook_redis_connections)
+    wait_s = settings.limits.webhook_redis_wait_s
+
+    @contextlib.asynccontextmanager
+    async def redis_turn() -> AsyncIterator[None]:
+        try:
+            async with asyncio.timeout(wait_s):
+                await turns.acquire()
+        except TimeoutError:
+            raise _Shed from None
+        try:
+            yield
+        finally:
+            turns.release()
+
     async def first_sightings(keys: list[str]) -> list[bool]:
         """SET NX EX every key in one round trip; True for each key this delivery saw first."""
-        async with redis.pipeline(transaction=False) as pipe:
+        async with redis_turn(), redis.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.set(key, b"1", nx=True, ex=ttl)
             return [bool(r) for r in await pipe.execute()]
+
+    async def forget(keys: list[str]) -> None:
+        async with redis_turn():
+            await redis.delete(*keys)
 
     async def accept_post(body: bytes, event: str) -> str:
         post = PostEnvelope.model_validate_json(body).post
@@ -315,7 +339,7 @@ def create_app(
                 return "enqueued"
         except Exception:
             if taken:
-                await redis.delete(*taken)
+                await forget(taken)
             raise
         if ask or not fresh[0]:
             return "duplicate"
@@ -332,7 +356,7 @@ def create_app(
         try:
             intake.refresh_topic(topic.id, event)
         except Exception:
-            await redis.delete(key)
+            await forget([key])
             raise
         return "refresh"
 
@@ -368,13 +392,12 @@ def create_app(
                 return done(started, await accept_topic(body, event), 200)
         except pydantic.ValidationError:
             return done(started, "bad_request", 400, "body is not a Discourse webhook payload")
+        except _Shed:
+            once.log(
+                logging.WARNING, "shed", source, f"webhook overloaded: no Redis connection in {wait_s:g} s"
+            )
+            return done(started, "shed", 503, "overloaded: no queue connection free in time, retry later")
         except (redis_lib.RedisError, dramatiq.errors.BrokerError, OSError) as exc:
-            if _no_connection_in_time(exc):
-                wait = settings.limits.webhook_redis_wait_s
-                once.log(
-                    logging.WARNING, "shed", source, f"webhook overloaded: no Redis connection in {wait:g} s"
-                )
-                return done(started, "shed", 503, "overloaded: no queue connection free in time, retry later")
             log.error("cannot enqueue: %s", type(exc).__name__)
             return done(started, "unavailable", 503, "queue unavailable")
         return done(started, "unknown_event", 200, "ignored")
