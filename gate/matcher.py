@@ -1,8 +1,11 @@
 """The gate itself: normalise a question, try the rules in order, return a decision.
 
 A rule is tried only when its trigger groups all have a word in the question, and its pattern is
-searched only in the sentences that hold a word of its first group (see :mod:`gate.rules`); its
-exceptions are searched in the whole question. The first rule that hits decides.
+searched only in the sentences that hold a word of its first group (see :mod:`gate.rules`). An
+exception is *scoped*: it excuses one match of the pattern only when it matches in that match's
+clause (the sentence, cut at clause breaks such as ";", "but", "btw", "for real", "en vrai"),
+within the rule's ``exception_window`` characters either side. The rule hits when one match is not
+excused; strict rules have no exceptions. The first rule that hits decides.
 
 Bounded work, never an exception for any input string:
 
@@ -32,6 +35,12 @@ DEFAULT_TIMEOUT_MS = 50
 DEFAULT_MAX_CHARS = 4000
 _WORDS = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"[.!?]")
+# Where a clause ends inside a sentence: an exception on one side does not excuse a match on the other.
+_CLAUSE_BREAK = re.compile(
+    r"[;:()\[\]]|\b(?:but|mais|however|anyway|anyways|btw|by the way|au fait|sinon|bref|d'aileurs|"
+    r"off[- ]topic|hors[- ]sujet|unrelated|sans rapport|for real|irl|in real life|real life|"
+    r"en vrai|pour de vrai|dans la vraie vie|vraie vie|en vrai de vrai|now|maintenant|also|ausi)\b"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,21 +112,45 @@ class Gate:
         return GateDecision(False, None, None, language, None, tuple(timed_out))
 
     def _hits(self, rule: Rule, normalized: str, spans: list[tuple[int, int]], timed_out: list[str]) -> bool:
-        try:
-            if not any(rule.pattern.search(normalized, s, e, timeout=self.timeout_s) for s, e in spans):
+        if rule.exception is None:
+            try:
+                return any(rule.pattern.search(normalized, s, e, timeout=self.timeout_s) for s, e in spans)
+            except TimeoutError:
+                log.warning("gate rule %s: pattern timed out; counted as no hit", rule.id)
+                timed_out.append(rule.id)
                 return False
+        try:
+            matches = [
+                (m.start(), m.end(), s, e)
+                for s, e in spans
+                for m in rule.pattern.finditer(normalized, s, e, timeout=self.timeout_s)
+            ]
         except TimeoutError:
             log.warning("gate rule %s: pattern timed out; counted as no hit", rule.id)
             timed_out.append(rule.id)
             return False
-        if rule.exception is None:
-            return True
         try:
-            return rule.exception.search(normalized, timeout=self.timeout_s) is None
+            return any(
+                not self._excused(rule, normalized, start, end, s, e) for start, end, s, e in matches
+            )
         except TimeoutError:
             log.warning("gate rule %s: exception timed out; counted as a hit", rule.id)
             timed_out.append(rule.id)
             return True
+
+    def _excused(self, rule: Rule, text: str, start: int, end: int, s: int, e: int) -> bool:
+        """Whether an exception matches in the clause of the match ``text[start:end]`` (inside the
+        sentence ``text[s:e]``), within ``rule.exception_window`` characters of it."""
+        assert rule.exception is not None
+        window = rule.exception_window
+        low, high = max(s, start - window), min(e, end + window)
+        for brk in _CLAUSE_BREAK.finditer(text, low, high):
+            if brk.end() <= start:
+                low = brk.end()
+            elif brk.start() >= end:
+                high = brk.start()
+                break
+        return rule.exception.search(text[low:high], timeout=self.timeout_s) is not None
 
 
 def _satisfied(group: TriggerGroup, words: set[str], heads: set[str]) -> bool:

@@ -10,10 +10,14 @@ Steps, in order (each undoes one trick used to slip a request past a word list):
    soft hyphens, BOMs (Unicode category ``Cf``).
 3. Case folding, then accent folding (NFD, combining marks dropped) and a few letters NFD leaves
    alone (``œ``, ``æ``, ``ø``, ``ł``, ``đ``); Cyrillic and Greek look-alikes become Latin letters.
-4. Typographic apostrophes and dashes mapped to ASCII; every run of whitespace becomes one space.
+4. Typographic apostrophes and dashes mapped to ASCII. Words spelt letter by letter with wider
+   gaps between the words (``h o w  t o  m a k e``) become words (``how to make``); then every run
+   of whitespace becomes one space.
 5. Single letters separated by spaces, dots, dashes, underscores or asterisks re-joined
-   (``b o m b``, ``b.o.m.b`` → ``bomb``; ``h.o.w t.o`` → ``how to``): one separator along a run,
-   three letters at least when it is a space, so ``a b`` stays as written.
+   (``b o m b``, ``b.o.m.b``, ``b. o. m. b`` → ``bomb``; ``h.o.w t.o`` → ``how to``): one
+   separator along a run, three letters at least when it holds a space, so ``a b`` stays as written.
+   Words cut by hyphens into short pieces are re-joined (``ex-plo-sif``, ``bo-mb`` → ``explosif``,
+   ``bomb``): a piece of one to three letters, never a French pronoun (``dis-moi`` stays).
 6. Leetspeak mapped (``0→o 1→i 3→e 4→a 5→s 7→t 8→b @→a $→s €→e !→i |→l``), but only in tokens
    that use them as letters: between two letters (``b0mb``, ``m4ke``) or a symbol first (``$hit``).
    Numbers and identifiers such as ``50``, ``x64``, ``c4`` or ``3d`` are left alone.
@@ -35,6 +39,16 @@ _C = r"[\w@$€|!]"
 _SPACED = re.compile(
     rf"{_C}(?<!{_C}{_C})(?=[ ._*\-]{_C}(?![^\W_]|[@$€|!]))"
     rf"(?:(?: {_C}){{2,}}(?![\w@$€|])|(?P<sep>[._*\-]){_C}(?:(?P=sep){_C})*(?![\w@$€|]))"
+)
+# The same with a separator followed by a space ("b. o. m. b", "m- e- t- h"): three letters at least.
+_SPACED_PUNCT = re.compile(rf"(?<![\w@$€|]){_C}(?P<sep>[._*\-] ){_C}(?:(?P=sep){_C})+(?![\w@$€|])")
+# Letter-by-letter words with two or more spaces between words: "h o w  t o  m a k e".
+_WIDE_SPELLED = re.compile(r"(?<!\S)\S(?: \S)+(?: {2,}\S(?: \S)*)+(?!\S)")
+_WIDE_GAP = re.compile(r" {2,}")
+# A word cut into pieces by single hyphens, one piece short ("ex-plo-sif", "pi-pe", "bo-mb").
+_HYPHENATED = re.compile(r"\b[a-z]+(?:-[a-z]+)+\b")
+_KEEP_HYPHEN = frozenset(
+    "moi toi lui nous vous les le la leur leurs en y ce il elle elles ils on t je tu ci de du des au aux et a l d".split()
 )
 _SEPARATORS = re.compile(r"[ ._*\-]")
 # A token that uses leet symbols as letters: a digit or symbol between two letters ("b0mb", "m4ke"),
@@ -122,7 +136,21 @@ def fold(text: str) -> str:
     if not text.isascii():
         # Only the non-ASCII runs go through the (Python-level) table; lower() does the rest.
         text = _NON_ASCII.sub(lambda m: m.group().translate(_FOLD), text)
-    return " ".join(text.lower().split())
+    text = text.lower()
+    if "  " in text:
+        text = _WIDE_SPELLED.sub(_wide_words, text)
+    return " ".join(text.split())
+
+
+def _wide_words(match: re.Match[str]) -> str:
+    return " ".join(word.replace(" ", "") for word in _WIDE_GAP.split(match.group()))
+
+
+def _join_pieces(match: re.Match[str]) -> str:
+    pieces = match.group().split("-")
+    if any(p in _KEEP_HYPHEN for p in pieces) or all(len(p) > 3 for p in pieces):
+        return match.group()
+    return "".join(pieces)
 
 
 def _unleet(text: str) -> str:
@@ -146,7 +174,12 @@ def _unleet(text: str) -> str:
 
 def normalize(text: str) -> str:
     """The canonical form the rules are matched against (all seven steps of the module docstring)."""
-    text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), fold(text))
+    text = fold(text)
+    if ". " in text or "- " in text or "* " in text or "_ " in text:
+        text = _SPACED_PUNCT.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
+    text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
+    if "-" in text:
+        text = _HYPHENATED.sub(_join_pieces, text)
     return _REPEATS.sub(r"\1", _unleet(text))
 
 

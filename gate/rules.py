@@ -38,8 +38,9 @@ Anything wrong raises :class:`gate.errors.RulesError` naming the file, the rule 
 
 from __future__ import annotations
 
+import itertools
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -51,7 +52,28 @@ from gate.normalize import fold_pattern
 
 SUPPORTED_VERSION = 1
 LANGUAGES = frozenset({"en", "fr", "any"})
-_RULE_KEYS = frozenset({"id", "category", "language", "description", "triggers", "patterns", "exceptions"})
+_RULE_KEYS = frozenset(
+    {
+        "id",
+        "category",
+        "language",
+        "description",
+        "triggers",
+        "patterns",
+        "near",
+        "near_words",
+        "exceptions",
+        "exception_window",
+        "strict",
+    }
+)
+_TOP_KEYS = frozenset({"version", "terms", "words", "replies", "rules", "strict_categories", "lexicons"})
+DEFAULT_EXCEPTION_WINDOW = 60
+"""Characters either side of a pattern match (inside its clause) where an exception may excuse it."""
+DEFAULT_NEAR_WORDS = 8
+"""Words allowed between the parts of a ``near`` group (in any order, inside one sentence)."""
+_LEXICON_LANGUAGES = ("en", "fr", "any")
+_LEXICON_ENTRY = regex.compile(r"[a-z0-9][a-z0-9' \-]*\*?")
 PREFIX_HEAD = 5
 """Only the first five letters of a prefix trigger count: the gate compares them with word beginnings."""
 _REPLY_LANGUAGES = ("en", "fr")
@@ -72,8 +94,10 @@ class TriggerGroup:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One validated rule: a hit when ``pattern`` matches and ``exception`` (if any) does not.
+    """One validated rule: a hit when ``pattern`` matches and ``exception`` (if any) does not match
+    in the clause of that match, within ``exception_window`` characters of it.
 
+    ``strict`` rules (categories with no benign reading) have no exceptions at all.
     ``triggers`` (folded like the text): when not empty, the rule is tried only on questions that
     satisfy every group (a speed-up; see the module docstring).
     """
@@ -85,6 +109,8 @@ class Rule:
     pattern: regex.Pattern[str]
     exception: regex.Pattern[str] | None
     triggers: tuple[TriggerGroup, ...] = ()
+    strict: bool = False
+    exception_window: int = DEFAULT_EXCEPTION_WINDOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,28 +139,52 @@ def default_rules_text() -> str:
 
 
 def load_rules(path: Path | str | None = None) -> RuleSet:
-    """Load and validate a rules file; ``None`` means the shipped rules."""
+    """Load and validate a rules file; ``None`` means the shipped rules.
+
+    A ``lexicons = "FILE"`` key names a lexicon file beside the rules file (see :func:`parse_rules`).
+    """
     if path is None:
-        return parse_rules(default_rules_text(), source="gate/rules.toml (shipped)")
+        package = resources.files("gate")
+        return parse_rules(
+            default_rules_text(),
+            source="gate/rules.toml (shipped)",
+            read=lambda name: package.joinpath(name).read_text(encoding="utf-8"),
+        )
     source = str(path)
+    folder = Path(path).parent
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RulesError(source, f"cannot read the file: {exc}") from None
-    return parse_rules(text, source=source)
+    return parse_rules(text, source=source, read=lambda name: (folder / name).read_text(encoding="utf-8"))
 
 
-def parse_rules(text: str, *, source: str) -> RuleSet:
-    """Validate and compile the rules in ``text``; ``source`` names it in errors."""
+def parse_rules(text: str, *, source: str, read: Callable[[str], str] | None = None) -> RuleSet:
+    """Validate and compile the rules in ``text``; ``source`` names it in errors.
+
+    ``read(name)`` returns the text of a file the rules refer to (``lexicons = "lexicons.toml"``);
+    without it such a reference is an error.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RulesError(source, f"not valid TOML: {exc}") from None
     if data.get("version") != SUPPORTED_VERSION:
         raise RulesError(source, f"'version' must be {SUPPORTED_VERSION}, got {data.get('version')!r}")
-    terms = _terms(data.get("terms", {}), source)
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise RulesError(source, f"unknown top-level keys {sorted(unknown)}")
+    lexicon_terms: dict[str, str] = {}
     words = _word_lists(data.get("words", {}), source)
+    if "lexicons" in data:
+        _lexicons(data["lexicons"], read, lexicon_terms, words, source)
+    terms = _terms(data.get("terms", {}), source, lexicon_terms)
     replies = _replies(data.get("replies"), source)
+    strict_categories = data.get("strict_categories", [])
+    if not isinstance(strict_categories, list) or not all(
+        isinstance(c, str) and c in replies for c in strict_categories
+    ):
+        raise RulesError(source, "'strict_categories' must list categories that have a reply")
     raw_rules = data.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
         raise RulesError(source, "no [[rules]] defined")
@@ -142,6 +192,10 @@ def parse_rules(text: str, *, source: str) -> RuleSet:
     seen: set[str] = set()
     for index, raw in enumerate(raw_rules):
         rule = _rule(raw, index, terms, words, replies, source)
+        if rule.category in strict_categories and not rule.strict:
+            raise RulesError(
+                source, f"category {rule.category!r} is strict: its rules need 'strict = true'", rule.id
+            )
         if rule.id in seen:
             raise RulesError(source, "duplicate rule id", rule.id)
         seen.add(rule.id)
@@ -149,11 +203,14 @@ def parse_rules(text: str, *, source: str) -> RuleSet:
     return RuleSet(source=source, rules=tuple(rules), replies=replies)
 
 
-def _terms(raw: object, source: str) -> dict[str, str]:
+def _terms(raw: object, source: str, lexicons: dict[str, str]) -> dict[str, str]:
+    """The ``[terms]``, after the lexicons' terms (so a term can use ``{{lex_<name>}}``)."""
     if not isinstance(raw, dict):
         raise RulesError(source, "[terms] must be a table of strings")
-    terms: dict[str, str] = {}
+    terms = dict(lexicons)
     for name, value in raw.items():
+        if name in lexicons:
+            raise RulesError(source, f"term {name!r} has the name of a lexicon")
         if not isinstance(value, str) or not value:
             raise RulesError(source, f"term {name!r} must be a non-empty string")
         expanded = _expand(value, terms, source, None, f"term {name!r}")
@@ -174,6 +231,59 @@ def _replies(raw: object, source: str) -> dict[str, Reply]:
             raise RulesError(source, f"[replies.{category}] texts must be non-empty strings")
         replies[category] = Reply(en=entry["en"], fr=entry["fr"])
     return replies
+
+
+def _lexicons(
+    name: object,
+    read: Callable[[str], str] | None,
+    terms: dict[str, str],
+    words: dict[str, list[str]],
+    source: str,
+) -> None:
+    """Slang lexicons (one file, a table per lexicon with ``en``/``fr``/``any`` lists of entries):
+    each becomes the term ``{{lex_<name>}}`` and the word list ``@lex_<name>``.
+
+    An entry is a word or a phrase in lower case (``"coke"``, ``"date rape drug"``); a final ``*``
+    makes it a prefix (``"oxy*"``: oxy, oxys, oxycodone). Phrases match with any separators between
+    their words (``date-rape drug``). The trigger words of a phrase are its first word.
+    """
+    if not isinstance(name, str) or not name or read is None:
+        raise RulesError(source, "'lexicons' must name a file beside the rules file")
+    where = f"{source}: lexicons {name!r}"
+    try:
+        data = tomllib.loads(read(name))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RulesError(where, f"cannot read the file: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RulesError(where, f"not valid TOML: {exc}") from None
+    for lexicon, table in data.items():
+        if not _ID.fullmatch(lexicon) or not isinstance(table, dict) or not table:
+            raise RulesError(where, f"[{lexicon}] must be a table of entry lists")
+        entries: list[str] = []
+        for language, values in table.items():
+            if language not in _LEXICON_LANGUAGES:
+                raise RulesError(where, f"[{lexicon}]: unknown language {language!r}")
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise RulesError(where, f"[{lexicon}].{language} must be a list of strings")
+            for value in values:
+                folded = fold_pattern(value.strip())
+                if not _LEXICON_ENTRY.fullmatch(folded):
+                    raise RulesError(where, f"[{lexicon}]: entry {value!r} is not a lower-case word or phrase")
+                entries.append(folded)
+        key = "lex_" + lexicon.replace("-", "_")
+        if key in words:
+            raise RulesError(where, f"lexicon {lexicon!r} clashes with a term or word list {key!r}")
+        alternatives = []
+        triggers = []
+        for entry in sorted(set(entries), key=len, reverse=True):
+            prefix = entry.endswith("*")
+            parts = [regex.escape(part) for part in regex.split(r"[ \-]+", entry.rstrip("*")) if part]
+            alternatives.append(r"[^\w.!?]+".join(parts) + (r"\w*" if prefix else r"\b"))
+            head = regex.split(r"[ \-']+", entry.rstrip("*"))[0]
+            triggers.append(head + ("*" if prefix and len(parts) == 1 else ""))
+        terms[key] = r"\b(?:" + "|".join(alternatives) + ")"
+        _compile(terms[key], where, None, f"lexicon {lexicon!r}")
+        words[key] = sorted(set(triggers))
 
 
 def _word_lists(raw: object, source: str) -> dict[str, list[str]]:
@@ -211,8 +321,18 @@ def _rule(
     if not isinstance(description, str):
         raise RulesError(source, "description must be a string", rule_id)
     triggers = _triggers(raw.get("triggers", []), words, source, rule_id)
-    patterns = _pattern_list(raw.get("patterns"), "patterns", terms, source, rule_id, required=True)
+    near_words = _count(raw, "near_words", DEFAULT_NEAR_WORDS, 0, 20, source, rule_id)
+    patterns = _pattern_list(raw.get("patterns", []), "patterns", terms, source, rule_id)
+    patterns += _near(raw.get("near", []), near_words, terms, source, rule_id)
+    if not patterns:
+        raise RulesError(source, "a rule needs 'patterns' or 'near'", rule_id)
     exceptions = _pattern_list(raw.get("exceptions", []), "exceptions", terms, source, rule_id)
+    strict = raw.get("strict", False)
+    if not isinstance(strict, bool):
+        raise RulesError(source, "'strict' must be true or false", rule_id)
+    if strict and exceptions:
+        raise RulesError(source, "a strict rule (no benign reading) takes no exceptions", rule_id)
+    window = _count(raw, "exception_window", DEFAULT_EXCEPTION_WINDOW, 10, 400, source, rule_id)
     return Rule(
         id=rule_id,
         category=category,
@@ -221,7 +341,32 @@ def _rule(
         pattern=_join(patterns, source, rule_id, "patterns"),
         exception=_join(exceptions, source, rule_id, "exceptions") if exceptions else None,
         triggers=triggers,
+        strict=strict,
+        exception_window=window,
     )
+
+
+def _count(raw: dict[str, object], key: str, default: int, low: int, high: int, source: str, rule_id: str) -> int:
+    value = raw.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise RulesError(source, f"{key!r} must be an integer from {low} to {high}, got {value!r}", rule_id)
+    return value
+
+
+def _near(raw: object, gap_words: int, terms: dict[str, str], source: str, rule_id: str) -> list[str]:
+    """``near`` groups: every part within ``gap_words`` words of the next, in any order, in one
+    sentence. ``[["{{make}}", "{{explosive}}"]]`` is ``make…explosive`` or ``explosive…make``."""
+    if not isinstance(raw, list) or not all(
+        isinstance(g, list) and 2 <= len(g) <= 3 and all(isinstance(p, str) and p for p in g) for g in raw
+    ):
+        raise RulesError(source, "'near' must be a list of lists of two or three patterns", rule_id)
+    gap = rf"(?:[^\w.!?]+\w+){{0,{gap_words}}}?[^\w.!?]+"
+    patterns: list[str] = []
+    for index, group in enumerate(raw):
+        parts = _pattern_list(group, f"near[{index}]", terms, source, rule_id)
+        for order in itertools.permutations(parts):
+            patterns.append(gap.join(f"(?:{p})" for p in order))
+    return patterns
 
 
 def _triggers(
@@ -267,12 +412,10 @@ def _expand_words(group: list[str], words: dict[str, list[str]], source: str, ru
 
 
 def _pattern_list(
-    raw: object, key: str, terms: dict[str, str], source: str, rule_id: str, *, required: bool = False
+    raw: object, key: str, terms: dict[str, str], source: str, rule_id: str
 ) -> list[str]:
     if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
         raise RulesError(source, f"{key!r} must be a list of non-empty strings", rule_id)
-    if required and not raw:
-        raise RulesError(source, f"{key!r} must not be empty", rule_id)
     folded = []
     for i, pattern in enumerate(raw):
         where = f"{key}[{i}]"

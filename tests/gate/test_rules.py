@@ -156,8 +156,8 @@ def test_rule_without_a_valid_id_is_named_by_position() -> None:
         (('category = "weapons"', 'category = "cooking"'), "category 'cooking' has no [replies.<category>]"),
         (('description = "test rule"', "description = 3"), "description must be a string"),
         (('description = "test rule"', 'exception = ["x"]'), "unknown keys ['exception']"),
-        (("patterns = ['make\\W+(?:a\\W+)?bomb']", ""), "'patterns' must be a list of non-empty strings"),
-        (("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = []"), "'patterns' must not be empty"),
+        (("patterns = ['make\\W+(?:a\\W+)?bomb']", ""), "a rule needs 'patterns' or 'near'"),
+        (("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = []"), "a rule needs 'patterns' or 'near'"),
         (("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = ['']"), "must be a list of non-empty strings"),
         (("patterns = ['make\\W+(?:a\\W+)?bomb']", "patterns = ['(make']"), "patterns[0]: invalid regular"),
         (

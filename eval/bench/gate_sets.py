@@ -1,0 +1,114 @@
+"""``python -m eval.bench gate_sets FILE...``: how much of a labelled set each gate layer blocks.
+
+Each file is JSON Lines with ``text`` and ``expect`` (``block`` or ``pass``), optionally ``lang``
+(``fr``/``en``; else the gate's own detection is used). For every file it prints harmful blocked and
+benign blocked, by the rules alone, by the embedding layer alone, and by both together, overall and
+per language. The embedding layer needs the local embedder (``.[local]`` extra) and runs only with
+``--intent``; without it the figures are the rules'.
+
+No decision is tuned here: the script only counts. ``--misses`` lists the harmful questions neither
+layer blocked and the benign ones a layer did block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from eval.bench.report import emit, print_table
+from gate import Gate, IntentLayer, detect_language
+
+
+def load_set(path: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for row in rows:
+        if row.get("expect") not in {"block", "pass"} or not isinstance(row.get("text"), str):
+            raise ValueError(f"{path}: every line needs a string 'text' and 'expect' block|pass: {row}")
+    return rows
+
+
+def score(
+    rows: Sequence[dict[str, Any]], gate: Gate, intent: IntentLayer | None, vectors: Sequence[Any] | None
+) -> dict[str, Any]:
+    """Counts per layer and language; ``vectors`` are the rows' question embeddings (or None)."""
+    result: dict[str, Any] = {}
+    decided = []
+    for i, row in enumerate(rows):
+        rules_hit = gate.check(row["text"]).hit
+        intent_hit = False
+        if intent is not None and vectors is not None:
+            intent_hit = intent.check(vectors[i]).hit
+        lang = row.get("lang") or detect_language(row["text"])
+        decided.append((row, lang, rules_hit, intent_hit))
+    for lang in ("all", "en", "fr"):
+        subset = [d for d in decided if lang == "all" or d[1] == lang]
+        for expect, name in (("block", "harmful"), ("pass", "benign")):
+            part = [d for d in subset if d[0]["expect"] == expect]
+            result[f"{lang}.{name}"] = {
+                "n": len(part),
+                "rules": sum(d[2] for d in part),
+                "intent": sum(d[3] for d in part),
+                "intent_only": sum(d[3] and not d[2] for d in part),
+                "both_layers": sum(d[2] or d[3] for d in part),
+            }
+    result["misses"] = [d[0].get("id", d[0]["text"][:60]) for d in decided if d[0]["expect"] == "block" and not (d[2] or d[3])]
+    result["false_blocks"] = [
+        {"id": d[0].get("id"), "rules": d[2], "intent": d[3]}
+        for d in decided
+        if d[0]["expect"] == "pass" and (d[2] or d[3])
+    ]
+    return result
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.bench gate_sets", description=__doc__.split("\n")[0])
+    parser.add_argument("files", nargs="+", type=Path, help="labelled JSON Lines sets")
+    parser.add_argument("--intent", action="store_true", help="also run the embedding layer (local model)")
+    parser.add_argument("--misses", action="store_true", help="print the misses and the false blocks")
+    parser.add_argument("--no-save", action="store_true", help="do not write eval/results/bench/")
+    args = parser.parse_args(list(argv))
+
+    gate = Gate.load()
+    intent = embed = None
+    if args.intent:
+        from worker.clients.local_embedder import LocalEmbedder
+
+        intent = IntentLayer.load()
+        embedder = LocalEmbedder()
+        if embedder.model != intent.model:
+            raise SystemExit(f"the exemplars are for {intent.model}, the local embedder is {embedder.model}")
+        embed = embedder
+    rows_out: list[list[object]] = []
+    figures: dict[str, Any] = {}
+    for path in args.files:
+        rows = load_set(path)
+        vectors = embed.embed([r["text"] for r in rows], kind="query") if embed is not None else None
+        result = score(rows, gate, intent, vectors)
+        figures[path.name] = result
+        for lang in ("all", "en", "fr"):
+            h, b = result[f"{lang}.harmful"], result[f"{lang}.benign"]
+            if not h["n"] and not b["n"]:
+                continue
+            rows_out.append(
+                [
+                    path.name,
+                    lang,
+                    f"{h['rules']}/{h['n']}",
+                    f"{h['intent']}/{h['n']}" if intent else "-",
+                    f"{h['both_layers']}/{h['n']} ({h['both_layers'] / max(1, h['n']):.0%})",
+                    f"{b['rules']}/{b['n']}",
+                    f"{b['intent']}/{b['n']}" if intent else "-",
+                    f"{b['both_layers']}/{b['n']}",
+                ]
+            )
+        if args.misses:
+            print(f"{path.name}: missed {result['misses']}")
+            print(f"{path.name}: false blocks {result['false_blocks']}")
+    headers = ["set", "lang", "harm rules", "harm intent", "harm both", "benign rules", "benign intent", "benign both"]
+    print_table(headers, rows_out)
+    if not args.no_save:
+        emit("gate_sets", figures)
+    return 0
