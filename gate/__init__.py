@@ -13,6 +13,7 @@ See ``docs/gate.md`` for the rules file format and how to add a rule.
 from __future__ import annotations
 
 from gate.errors import RulesError
+from gate.intent import IntentDecision, IntentError, IntentLayer
 from gate.language import detect_language
 from gate.matcher import Gate, GateDecision
 from gate.normalize import normalize
@@ -36,6 +37,9 @@ __all__ = [
     "CANNED_MARKER",
     "Gate",
     "GateDecision",
+    "IntentDecision",
+    "IntentError",
+    "IntentLayer",
     "Reply",
     "Rule",
     "RuleSet",

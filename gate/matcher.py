@@ -37,7 +37,7 @@ _WORDS = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"[.!?]")
 # Where a clause ends inside a sentence: an exception on one side does not excuse a match on the other.
 _CLAUSE_BREAK = re.compile(
-    r"[;:()\[\]]|\b(?:but|mais|however|anyway|anyways|btw|by the way|au fait|sinon|bref|d'aileurs|"
+    r"[;()]|\b(?:but|mais|however|anyway|anyways|btw|by the way|au fait|sinon|bref|d'aileurs|"
     r"off[- ]topic|hors[- ]sujet|unrelated|sans rapport|for real|irl|in real life|real life|"
     r"en vrai|pour de vrai|dans la vraie vie|vraie vie|en vrai de vrai|now|maintenant|also|ausi)\b"
 )
@@ -130,9 +130,7 @@ class Gate:
             timed_out.append(rule.id)
             return False
         try:
-            return any(
-                not self._excused(rule, normalized, start, end, s, e) for start, end, s, e in matches
-            )
+            return any(not self._excused(rule, normalized, start, end, s, e) for start, end, s, e in matches)
         except TimeoutError:
             log.warning("gate rule %s: exception timed out; counted as a hit", rule.id)
             timed_out.append(rule.id)
@@ -141,15 +139,17 @@ class Gate:
     def _excused(self, rule: Rule, text: str, start: int, end: int, s: int, e: int) -> bool:
         """Whether an exception matches in the clause of the match ``text[start:end]`` (inside the
         sentence ``text[s:e]``), within ``rule.exception_window`` characters of it."""
-        assert rule.exception is not None
+        if rule.exception is None:
+            return False
         window = rule.exception_window
         low, high = max(s, start - window), min(e, end + window)
-        for brk in _CLAUSE_BREAK.finditer(text, low, high):
-            if brk.end() <= start:
-                low = brk.end()
-            elif brk.start() >= end:
-                high = brk.start()
-                break
+        for breaks in (_SENTENCE_END, _CLAUSE_BREAK):
+            for brk in breaks.finditer(text, low, high):
+                if brk.end() <= start:
+                    low = brk.end()
+                elif brk.start() >= end:
+                    high = brk.start()
+                    break
         return rule.exception.search(text[low:high], timeout=self.timeout_s) is not None
 
 

@@ -47,8 +47,41 @@ _WIDE_SPELLED = re.compile(r"(?<!\S)\S(?: \S)+(?: {2,}\S(?: \S)*)+(?!\S)")
 _WIDE_GAP = re.compile(r" {2,}")
 # A word cut into pieces by single hyphens, one piece short ("ex-plo-sif", "pi-pe", "bo-mb").
 _HYPHENATED = re.compile(r"\b[a-z]+(?:-[a-z]+)+\b")
+# French pronouns and articles after a hyphen ("dis-moi", "mot-de-passe"): those words stay as written.
 _KEEP_HYPHEN = frozenset(
-    "moi toi lui nous vous les le la leur leurs en y ce il elle elles ils on t je tu ci de du des au aux et a l d".split()
+    {
+        "moi",
+        "toi",
+        "lui",
+        "nous",
+        "vous",
+        "les",
+        "le",
+        "la",
+        "leur",
+        "leurs",
+        "en",
+        "y",
+        "ce",
+        "il",
+        "elle",
+        "elles",
+        "ils",
+        "on",
+        "t",
+        "je",
+        "tu",
+        "ci",
+        "de",
+        "du",
+        "des",
+        "au",
+        "aux",
+        "et",
+        "a",
+        "l",
+        "d",
+    }
 )
 _SEPARATORS = re.compile(r"[ ._*\-]")
 # A token that uses leet symbols as letters: a digit or symbol between two letters ("b0mb", "m4ke"),

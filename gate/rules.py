@@ -268,7 +268,9 @@ def _lexicons(
             for value in values:
                 folded = fold_pattern(value.strip())
                 if not _LEXICON_ENTRY.fullmatch(folded):
-                    raise RulesError(where, f"[{lexicon}]: entry {value!r} is not a lower-case word or phrase")
+                    raise RulesError(
+                        where, f"[{lexicon}]: entry {value!r} is not a lower-case word or phrase"
+                    )
                 entries.append(folded)
         key = "lex_" + lexicon.replace("-", "_")
         if key in words:
@@ -346,7 +348,9 @@ def _rule(
     )
 
 
-def _count(raw: dict[str, object], key: str, default: int, low: int, high: int, source: str, rule_id: str) -> int:
+def _count(
+    raw: dict[str, object], key: str, default: int, low: int, high: int, source: str, rule_id: str
+) -> int:
     value = raw.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise RulesError(source, f"{key!r} must be an integer from {low} to {high}, got {value!r}", rule_id)
@@ -411,9 +415,7 @@ def _expand_words(group: list[str], words: dict[str, list[str]], source: str, ru
     return expanded
 
 
-def _pattern_list(
-    raw: object, key: str, terms: dict[str, str], source: str, rule_id: str
-) -> list[str]:
+def _pattern_list(raw: object, key: str, terms: dict[str, str], source: str, rule_id: str) -> list[str]:
     if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
         raise RulesError(source, f"{key!r} must be a list of non-empty strings", rule_id)
     folded = []

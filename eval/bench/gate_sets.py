@@ -54,7 +54,9 @@ def score(
                 "intent_only": sum(d[3] and not d[2] for d in part),
                 "both_layers": sum(d[2] or d[3] for d in part),
             }
-    result["misses"] = [d[0].get("id", d[0]["text"][:60]) for d in decided if d[0]["expect"] == "block" and not (d[2] or d[3])]
+    result["misses"] = [
+        d[0].get("id", d[0]["text"][:60]) for d in decided if d[0]["expect"] == "block" and not (d[2] or d[3])
+    ]
     result["false_blocks"] = [
         {"id": d[0].get("id"), "rules": d[2], "intent": d[3]}
         for d in decided
@@ -64,7 +66,9 @@ def score(
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench gate_sets", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m eval.bench gate_sets", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("files", nargs="+", type=Path, help="labelled JSON Lines sets")
     parser.add_argument("--intent", action="store_true", help="also run the embedding layer (local model)")
     parser.add_argument("--misses", action="store_true", help="print the misses and the false blocks")
@@ -74,10 +78,10 @@ def main(argv: Sequence[str]) -> int:
     gate = Gate.load()
     intent = embed = None
     if args.intent:
-        from worker.clients.local_embedder import LocalEmbedder
+        from eval.bench.gate_intent import embedder as local_embedder
 
         intent = IntentLayer.load()
-        embedder = LocalEmbedder()
+        embedder = local_embedder()
         if embedder.model != intent.model:
             raise SystemExit(f"the exemplars are for {intent.model}, the local embedder is {embedder.model}")
         embed = embedder
@@ -107,7 +111,16 @@ def main(argv: Sequence[str]) -> int:
         if args.misses:
             print(f"{path.name}: missed {result['misses']}")
             print(f"{path.name}: false blocks {result['false_blocks']}")
-    headers = ["set", "lang", "harm rules", "harm intent", "harm both", "benign rules", "benign intent", "benign both"]
+    headers = [
+        "set",
+        "lang",
+        "harm rules",
+        "harm intent",
+        "harm both",
+        "benign rules",
+        "benign intent",
+        "benign both",
+    ]
     print_table(headers, rows_out)
     if not args.no_save:
         emit("gate_sets", figures)

@@ -1,0 +1,204 @@
+"""``python -m eval.bench gate_intent {train,archive,time}``: fit, calibrate and check the gate's
+embedding layer (``gate/intent.py``) with the local embedder (the ``.[local]`` extra).
+
+- ``train``: embeds ``gate/intent/exemplars.jsonl`` (as questions, like the pipeline) and sets the
+  threshold: above the highest score of the 1,000 forum questions of ``python -m eval.bench gate``
+  (plus ``--margin``), and high enough that at most ``--benign-rate`` of the benign look-alikes of
+  the regression sets (``tests/gate/*.jsonl``) reach it. Writes ``gate/intent/<model>.json``.
+- ``archive``: scores every post of the Urho3D archive (cooked HTML to text, embedded as a question)
+  and lists those the layer would block: the false-block check over the whole archive. Vectors are
+  cached in ``.cache/gate-intent/`` (embedding 37k posts takes a while on a CPU).
+- ``time``: the layer's cost per question, apart from the embedding the pipeline computes anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.bench.gate import FORUM, cooked_to_text, forum_questions, percentile
+from eval.bench.report import emit
+from gate.intent import BENIGN, IntentLayer, exemplars_digest, exemplars_text, model_slug
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache" / "gate-intent"
+WEIGHTS_DIR = REPO / "gate" / "intent"
+
+
+def embedder() -> Any:
+    from worker.clients.local_embedder import LocalEmbedder
+    from worker.settings import EmbeddingsSettings
+
+    return LocalEmbedder(EmbeddingsSettings.model_validate({}))
+
+
+def embed(emb: Any, texts: Sequence[str]) -> Any:
+    return np.asarray(emb.embed(list(texts), kind="query"), dtype=np.float32)
+
+
+def cached_vectors(emb: Any, name: str, texts: Sequence[str]) -> Any:
+    """Vectors of ``texts``, cached under ``name`` with a digest of the texts and the model."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    digest = exemplars_digest(emb.model + "\n" + "\n\x00".join(texts))[:16]
+    path = CACHE / f"{name}-{model_slug(emb.model)}-{digest}.npy"
+    if path.exists():
+        return np.load(path)
+    vectors = embed(emb, texts)
+    np.save(path, vectors)
+    return vectors
+
+
+def exemplars() -> list[dict[str, str]]:
+    return [json.loads(line) for line in exemplars_text().splitlines() if line.strip()]
+
+
+def archive_posts(root: Path = FORUM) -> tuple[list[int], list[str]]:
+    ids: list[int] = []
+    texts: list[str] = []
+    for path in sorted((root / "topics").glob("*.json"), key=lambda p: int(p.stem)):
+        for post in json.loads(path.read_text(encoding="utf-8"))["post_stream"]["posts"]:
+            text = cooked_to_text(post.get("cooked", ""))
+            if text:
+                ids.append(int(post["id"]))
+                texts.append(text)
+    return ids, texts
+
+
+def regression_benign() -> list[str]:
+    """The benign look-alikes of the gate's regression sets (``tests/gate/*.jsonl``): the threshold
+    must keep their false blocks under ``--benign-rate`` too. Never the held-out sets."""
+    texts = []
+    for path in sorted((REPO / "tests" / "gate").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip() and json.loads(line)["expect"] == "pass":
+                texts.append(json.loads(line)["text"])
+    return texts
+
+
+def train(args: argparse.Namespace) -> int:
+    emb = embedder()
+    rows = exemplars()
+    vectors = embed(emb, [r["text"] for r in rows])
+    harmful = [i for i, r in enumerate(rows) if r["label"] != BENIGN]
+    benign = [i for i, r in enumerate(rows) if r["label"] == BENIGN]
+    layer = IntentLayer(
+        model=emb.model,
+        harmful=vectors[harmful],
+        labels=[rows[i]["label"] for i in harmful],
+        benign=vectors[benign],
+        k=args.k,
+        threshold=0.0,
+    )
+    forum = forum_questions(FORUM, 1000)
+    forum_scores = [layer.check(v).score for v in cached_vectors(emb, "forum", forum)]
+    look_alikes = regression_benign()
+    look_scores = sorted(layer.check(v).score for v in cached_vectors(emb, "look-alikes", look_alikes))
+    allowed = int(args.benign_rate * len(look_scores))
+    # The lowest threshold with at most `allowed` look-alikes at or above it.
+    look_threshold = look_scores[len(look_scores) - allowed - 1] + 1e-4
+    top = max(forum_scores)
+    threshold = max(top + args.margin, look_threshold)
+    info = {
+        "method": (
+            f"mean similarity of the {args.k} nearest harmful exemplars minus the {args.k} nearest benign"
+        ),
+        "exemplars": len(rows),
+        "exemplars_by_label": {
+            c: sum(r["label"] == c for r in rows) for c in sorted({r["label"] for r in rows})
+        },
+        "calibration": (
+            f"threshold = max(highest score of the 1000 forum questions {top:.4f} + {args.margin}, "
+            f"the score that keeps {allowed} of the {len(look_scores)} benign look-alikes of tests/gate "
+            f"at or above it: {look_threshold:.4f})"
+        ),
+        "forum_score_max": round(top, 4),
+        "forum_score_p99": round(percentile(forum_scores, 0.99), 4),
+    }
+    layer = IntentLayer(
+        model=emb.model,
+        harmful=layer.harmful,
+        labels=layer.labels,
+        benign=layer.benign,
+        k=args.k,
+        threshold=threshold,
+        exemplars_sha256=exemplars_digest(exemplars_text()),
+        info=info,
+    )
+    out = WEIGHTS_DIR / f"{model_slug(emb.model)}.json"
+    out.write_text(json.dumps(layer.to_json(), indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out.relative_to(REPO)}: {len(harmful)} harmful and {len(benign)} benign exemplars")
+    print(info["calibration"])
+    print(f"threshold {threshold:.4f}; forum p99 {info['forum_score_p99']}")
+    return 0
+
+
+def archive(args: argparse.Namespace) -> int:
+    layer = IntentLayer.load()
+    emb = embedder()
+    ids, texts = archive_posts()
+    vectors = cached_vectors(emb, "archive", texts)
+    forum = forum_questions(FORUM, 1000)
+    forum_vectors = cached_vectors(emb, "forum", forum)
+    blocks = []
+    for name, ident, vecs in (("forum", list(range(len(forum))), forum_vectors), ("archive", ids, vectors)):
+        scores = [layer.check(v) for v in vecs]
+        hits = [(i, d) for i, d in zip(ident, scores, strict=True) if d.hit]
+        print(
+            f"{name}: {len(vecs)} texts, {len(hits)} blocked by the embedding layer "
+            f"(max score {max(d.score for d in scores):.4f}, threshold {layer.threshold:.4f})"
+        )
+        blocks += [{"set": name, "id": i, "category": d.category, "score": d.score} for i, d in hits]
+    for block in blocks:
+        print(f"  {block}")
+    if not args.no_save:
+        emit("gate_intent", {"threshold": layer.threshold, "archive_posts": len(ids), "blocks": blocks})
+    return 0
+
+
+def timing(args: argparse.Namespace) -> int:
+    layer = IntentLayer.load()
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(args.n, layer.dimension))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    times = []
+    for v in vectors:
+        start = time.perf_counter()
+        layer.check(v)
+        times.append((time.perf_counter() - start) * 1000)
+    median, p99 = statistics.median(times), percentile(times, 0.99)
+    print(f"intent layer: {args.n} vectors, median {median:.4f} ms, p99 {p99:.4f} ms (no model call)")
+    if not args.no_save:
+        emit("gate_intent_time", {"n": args.n, "median_ms": round(median, 5), "p99_ms": round(p99, 5)})
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m eval.bench gate_intent", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_train = sub.add_parser("train", help="fit the head and calibrate its threshold")
+    p_train.add_argument("--k", type=int, default=3, help="nearest exemplars averaged on each side")
+    p_train.add_argument("--margin", type=float, default=0.02, help="added to the top forum score")
+    p_train.add_argument(
+        "--benign-rate",
+        type=float,
+        default=0.005,
+        help="look-alikes of tests/gate allowed over the threshold",
+    )
+    p_archive = sub.add_parser("archive", help="false blocks over the whole Urho3D archive")
+    p_time = sub.add_parser("time", help="cost per question")
+    p_time.add_argument("--n", type=int, default=2000)
+    for p in (p_archive, p_time):
+        p.add_argument("--no-save", action="store_true")
+    args = parser.parse_args(list(argv))
+    commands = {"train": train, "archive": archive, "time": timing}
+    result: int = commands[args.command](args)
+    return result

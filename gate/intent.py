@@ -1,0 +1,204 @@
+"""The gate's second layer: the question's intent judged on its embedding, after the rules.
+
+The pipeline already embeds every question for recall (the same model as the index); this layer
+reuses that vector, so it costs no model call, only two small matrix-vector products.
+
+What it holds (``gate/intent/<model>.json``, one file per embedding model, written by
+``python -m eval.bench gate_intent train`` from ``gate/intent/exemplars.jsonl``):
+
+- the embeddings of the labelled exemplars: harmful requests (with their category) and benign
+  look-alikes and ordinary forum questions, French and English, written for each category and never
+  copied from a test set; stored as float16;
+- ``k`` and ``threshold``: the score is the mean similarity of the ``k`` nearest harmful exemplars
+  minus that of the ``k`` nearest benign ones, and the layer hits at ``threshold`` or above. The
+  threshold is calibrated so that no real forum question is blocked (``docs/gate.md``);
+- ``model``, ``dimension`` and ``exemplars_sha256``: the vector space the exemplars belong to and
+  the exemplars that made them. A vector of another size is refused (``IntentError``).
+
+``category`` is the category most frequent among the ``k`` nearest harmful exemplars (the nearest
+breaks ties). Deterministic: fixed vectors, no randomness, no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENIGN = "benign"
+FORMAT_VERSION = 1
+
+
+class IntentError(ValueError):
+    """The weights file is unusable, or a vector does not belong to its model."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntentDecision:
+    """What the embedding layer decided: ``category`` is the category of the nearest harmful
+    exemplars (set even below the threshold, for the trace), ``score`` the similarity margin."""
+
+    hit: bool
+    category: str
+    score: float
+    threshold: float
+
+
+def model_slug(model: str) -> str:
+    """The file name part of a model id (``sentence-transformers/all-MiniLM-L6-v2``: ``all-MiniLM-L6-v2``)."""
+    return model.rstrip("/").rsplit("/", 1)[-1]
+
+
+def exemplars_text() -> str:
+    """The shipped exemplars (``gate/intent/exemplars.jsonl``)."""
+    return resources.files("gate").joinpath("intent", "exemplars.jsonl").read_text(encoding="utf-8")
+
+
+def exemplars_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class IntentLayer:
+    """Nearest labelled exemplars for one embedding model."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        harmful: Any,
+        labels: Sequence[str],
+        benign: Any,
+        k: int,
+        threshold: float,
+        exemplars_sha256: str = "",
+        source: str = "",
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.harmful = np.asarray(harmful, dtype=np.float32)
+        self.labels = tuple(labels)
+        self.benign = np.asarray(benign, dtype=np.float32)
+        self.k = int(k)
+        self.threshold = float(threshold)
+        self.exemplars_sha256 = exemplars_sha256
+        self.source = source
+        self.info = dict(info or {})
+        if self.harmful.ndim != 2 or self.benign.ndim != 2 or self.harmful.shape[1] != self.benign.shape[1]:
+            raise IntentError(f"{source}: harmful and benign exemplars must be matrices of one width")
+        if len(self.labels) != self.harmful.shape[0] or BENIGN in self.labels:
+            raise IntentError(f"{source}: one harmful category per harmful exemplar")
+        if not 1 <= self.k <= min(self.harmful.shape[0], self.benign.shape[0]):
+            raise IntentError(f"{source}: k must be between 1 and the number of exemplars of a side")
+        if not -1.0 <= self.threshold <= 2.0:
+            raise IntentError(f"{source}: threshold must be a similarity margin, got {self.threshold}")
+        if not (np.isfinite(self.harmful).all() and np.isfinite(self.benign).all()):
+            raise IntentError(f"{source}: exemplar vectors must be finite numbers")
+
+    @property
+    def dimension(self) -> int:
+        return int(self.harmful.shape[1])
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.labels)))
+
+    @classmethod
+    def load(
+        cls, path: Path | str | None = None, *, model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    ) -> IntentLayer:
+        """The exemplars in ``path``, or the shipped ones for ``model``; IntentError if there are none."""
+        if path is None:
+            name = f"{model_slug(model)}.json"
+            entry = resources.files("gate").joinpath("intent", name)
+            if not entry.is_file():
+                raise IntentError(
+                    f"no intent exemplars for embedding model {model!r} (gate/intent/{name}); "
+                    "embed them with `python -m eval.bench gate_intent train` or turn the layer off"
+                )
+            text, source = entry.read_text(encoding="utf-8"), f"gate/intent/{name} (shipped)"
+        else:
+            source = str(path)
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise IntentError(f"{source}: cannot read the file: {exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise IntentError(f"{source}: not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+            raise IntentError(f"{source}: 'version' must be {FORMAT_VERSION}")
+        try:
+            dimension = int(data["dimension"])
+            layer = cls(
+                model=str(data["model"]),
+                harmful=_matrix(data["harmful"], dimension),
+                labels=[str(label) for label in data["labels"]],
+                benign=_matrix(data["benign"], dimension),
+                k=data["k"],
+                threshold=data["threshold"],
+                exemplars_sha256=str(data.get("exemplars_sha256", "")),
+                source=source,
+                info=data.get("info", {}),
+            )
+        except IntentError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IntentError(f"{source}: malformed exemplars file: {exc!r}") from None
+        if path is None and layer.model != model:
+            raise IntentError(f"{source}: embedded with {layer.model!r}, not {model!r}")
+        return layer
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "model": self.model,
+            "dimension": self.dimension,
+            "exemplars_sha256": self.exemplars_sha256,
+            "k": self.k,
+            "threshold": round(self.threshold, 6),
+            "labels": list(self.labels),
+            "harmful": _encode(self.harmful),
+            "benign": _encode(self.benign),
+            "info": self.info,
+        }
+
+    def check(self, vector: Sequence[float] | Any) -> IntentDecision:
+        """Judge one question by its embedding. Raises IntentError for a vector of the wrong size."""
+        v = np.asarray(vector, dtype=np.float32)
+        if v.shape != (self.dimension,):
+            raise IntentError(
+                f"the intent layer takes {self.dimension}-d vectors of {self.model}, got shape {v.shape}"
+            )
+        to_harmful = self.harmful @ v
+        to_benign = self.benign @ v
+        nearest = np.argsort(-to_harmful, kind="stable")[: self.k]
+        top_benign = np.sort(to_benign)[-self.k :]
+        score = float(to_harmful[nearest].mean() - top_benign.mean())
+        if math.isnan(score):
+            score = -1.0
+        votes = [self.labels[i] for i in nearest]
+        category = max(votes, key=lambda c: (votes.count(c), -votes.index(c)))
+        return IntentDecision(score >= self.threshold, category, round(score, 4), self.threshold)
+
+
+def _encode(matrix: Any) -> str:
+    return base64.b64encode(np.asarray(matrix, dtype="<f2").tobytes()).decode("ascii")
+
+
+def _matrix(encoded: object, dimension: int) -> Any:
+    if not isinstance(encoded, str) or dimension <= 0:
+        raise IntentError("exemplar vectors must be base64 float16 text")
+    raw = base64.b64decode(encoded.encode("ascii"), validate=True)
+    values = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+    if values.size % dimension:
+        raise IntentError(f"exemplar vectors are not a whole number of {dimension}-d rows")
+    return values.reshape(-1, dimension)
