@@ -43,7 +43,8 @@ _SPACED = re.compile(
 # The same with a separator followed by a space ("b. o. m. b", "m- e- t- h"): three letters at least.
 _SPACED_PUNCT = re.compile(rf"(?<![\w@$€|]){_C}(?P<sep>[._*\-] ){_C}(?:(?P=sep){_C})+(?![\w@$€|])")
 # Letter-by-letter words with two or more spaces between words: "h o w  t o  m a k e".
-_WIDE_SPELLED = re.compile(r"(?<!\S)\S(?: \S)+(?: {2,}\S(?: \S)*)+(?!\S)")
+# Starts only where a run starts (not after "x "), and never gives back what it took: linear.
+_WIDE_SPELLED = re.compile(r"(?<!\S)(?<!\S )\S(?: \S)++(?: {2,}+\S(?: \S)*+)++(?!\S)")
 _WIDE_GAP = re.compile(r" {2,}")
 # A word cut into pieces by single hyphens, one piece short ("ex-plo-sif", "pi-pe", "bo-mb").
 _HYPHENATED = re.compile(r"\b[a-z]+(?:-[a-z]+)+\b")

@@ -73,6 +73,8 @@ DEFAULT_EXCEPTION_WINDOW = 60
 DEFAULT_NEAR_WORDS = 8
 """Words allowed between the parts of a ``near`` group (in any order, inside one sentence)."""
 _LEXICON_LANGUAGES = ("en", "fr", "any")
+_LEXICON_WORDS = regex.compile(r"[ \-]+")
+_LEXICON_HEAD = regex.compile(r"[ \-']+")
 _LEXICON_ENTRY = regex.compile(r"[a-z0-9][a-z0-9' \-]*\*?")
 PREFIX_HEAD = 5
 """Only the first five letters of a prefix trigger count: the gate compares them with word beginnings."""
@@ -279,9 +281,9 @@ def _lexicons(
         triggers = []
         for entry in sorted(set(entries), key=len, reverse=True):
             prefix = entry.endswith("*")
-            parts = [regex.escape(part) for part in regex.split(r"[ \-]+", entry.rstrip("*")) if part]
+            parts = [regex.escape(part) for part in _LEXICON_WORDS.split(entry.rstrip("*")) if part]
             alternatives.append(r"[^\w.!?]+".join(parts) + (r"\w*" if prefix else r"\b"))
-            head = regex.split(r"[ \-']+", entry.rstrip("*"))[0]
+            head = _LEXICON_HEAD.split(entry.rstrip("*"))[0]
             triggers.append(head + ("*" if prefix and len(parts) == 1 else ""))
         terms[key] = r"\b(?:" + "|".join(alternatives) + ")"
         _compile(terms[key], where, None, f"lexicon {lexicon!r}")
