@@ -30,7 +30,7 @@ from worker.settings import FlagsSettings
 log = logging.getLogger(__name__)
 
 SETTING_PREFIX = "citebot_"
-FLAG_NAMES = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links")
+FLAG_NAMES = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links", "intent_layer")
 SETTING_NAMES = tuple(SETTING_PREFIX + name for name in FLAG_NAMES)
 
 FLAG_READS = Counter("citebot_flag_reads", "Reads of the flag site settings, by outcome.", ["outcome"])
@@ -45,13 +45,14 @@ _FALSE = frozenset({"false", "f", "0", "no", "off", ""})
 
 @dataclass(frozen=True, slots=True)
 class Flags:
-    """The five flags; all off by default, so deploying the code changes nothing."""
+    """The flags; all off by default, so deploying the code changes nothing."""
 
     enabled: bool = False
     posts_pipeline: bool = False
     input_gate: bool = False
     rerank: bool = False
     post_links: bool = False
+    intent_layer: bool = False
 
     def as_dict(self) -> dict[str, bool]:
         return {f.name: bool(getattr(self, f.name)) for f in fields(self)}

@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from gate import Gate, canned_text, detect_language
+from gate import Gate, GateDecision, IntentLayer, canned_text, detect_language
 from sanitizer import LinkGrain, sanitize
 from worker import answers
 from worker.domain import ForumPost, PendingPost, Source, Zone
@@ -92,6 +92,7 @@ class AnswerPipeline:
         retriever: Retriever,
         chat: ChatModel,
         limiter: RateLimiter | None = None,
+        intent: IntentLayer | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
@@ -101,6 +102,7 @@ class AnswerPipeline:
         self.retriever = retriever
         self.chat = chat
         self.limiter = limiter
+        self.intent = intent
 
     # -- entry point -------------------------------------------------------------------------------
 
@@ -180,6 +182,7 @@ class AnswerPipeline:
                 decision = self.gate.check(question)
                 st.info["hit"] = decision.hit
                 st.info["rule"] = decision.rule_id
+                st.info["category"] = decision.category
             if decision.hit:
                 answers.transition(
                     conn,
@@ -192,6 +195,30 @@ class AnswerPipeline:
                 )
                 return self._post(conn, post_id, resumed=False)
 
+        # stage 0b: the gate's embedding layer, on the vector recall uses anyway (docs/gate.md)
+        vector = None
+        if flags.intent_layer and flags.posts_pipeline and self.intent is not None:
+            vector = self.retriever.embed_question(question, trace)
+        if vector is not None and self.intent is not None:
+            with self._stage(trace, "intent") as st:
+                verdict = self.intent.check(vector)
+                st.info.update(hit=verdict.hit, category=verdict.category, score=verdict.score)
+                st.info["threshold"] = verdict.threshold
+            if verdict.hit:
+                language = str(trace.info["language"])
+                reply = self.gate.rules.replies[verdict.category].text(language)
+                refusal = GateDecision(True, f"intent.{verdict.category}", verdict.category, language, reply)
+                answers.transition(
+                    conn,
+                    post_id,
+                    ["queued", "retrieved"],
+                    "generated",
+                    reply_raw=canned_text(refusal),
+                    rule_id=refusal.rule_id,
+                    trace=self._trace_dict(trace, kind="canned", category=verdict.category),
+                )
+                return self._post(conn, post_id, resumed=False)
+
         # stages 1–3: retrieval
         with self._stage(trace, "retrieve_total"):
             result = self.retriever.retrieve(
@@ -200,6 +227,7 @@ class AnswerPipeline:
                 use_posts=flags.posts_pipeline,
                 use_rerank=flags.rerank,
                 trace=trace,
+                query_vector=vector,
             )
         for fb in result.trace.fallbacks:
             FALLBACKS.labels(fb["stage"], fb["reason"].split(":")[0][:40]).inc()

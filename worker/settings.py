@@ -187,6 +187,10 @@ class GateSettings(BaseModel):
     rules_path: Path | None = Field(None, description="TOML rules file; unset means the shipped rules.")
     timeout_ms: int = Field(50, ge=1, le=5000, description="Regex timeout per match.")
     max_chars: int = Field(4000, ge=100, description="Questions are truncated to this length for matching.")
+    intent_path: Path | None = Field(
+        None,
+        description="Embedding-layer exemplars file; unset means the shipped one for the embedding model.",
+    )
 
 
 class RetrievalSettings(BaseModel):
@@ -237,6 +241,7 @@ class FlagsSettings(BaseModel):
     override_input_gate: bool | None = Field(None, description="Force `citebot_input_gate`.")
     override_rerank: bool | None = Field(None, description="Force `citebot_rerank`.")
     override_post_links: bool | None = Field(None, description="Force `citebot_post_links`.")
+    override_intent_layer: bool | None = Field(None, description="Force `citebot_intent_layer`.")
 
 
 class LimitsSettings(BaseModel):

@@ -141,7 +141,7 @@ def test_safe_defaults_before_any_successful_read() -> None:
     assert reader.state().origin == "defaults"  # a second failure is still "defaults", not "last known"
     source.fail = None
     clock.now += 10
-    assert reader.current() == Flags(True, True, True, True, True)
+    assert reader.current() == Flags(True, True, True, True, True, True)
 
 
 def test_last_known_values_hold_on_failure_and_the_read_is_retried_later(
@@ -149,12 +149,12 @@ def test_last_known_values_hold_on_failure_and_the_read_is_retried_later(
 ) -> None:
     clock, source = Clock(), Source(ALL_ON)
     reader = FlagReader(source, flags_settings(), clock=clock, retry_failed_s=10)
-    assert reader.current() == Flags(True, True, True, True, True)
+    assert reader.current() == Flags(True, True, True, True, True, True)
     source.fail = RuntimeError("boom")
     clock.now += 61
     errors = reads("error")
     state = reader.state()
-    assert state.flags == Flags(True, True, True, True, True)
+    assert state.flags == Flags(True, True, True, True, True, True)
     assert state.origin == "last_known"
     assert reads("error") == errors + 1
     assert "flag read failed (RuntimeError: boom); last known values hold" in caplog.text
@@ -201,7 +201,7 @@ def test_overrides_win_over_discourse_defaults_and_failures() -> None:
     source.fail = None
     clock.now += 60
     assert reader.current() == Flags(
-        enabled=True, posts_pipeline=True, input_gate=True, rerank=False, post_links=True
+        enabled=True, posts_pipeline=True, input_gate=True, rerank=False, post_links=True, intent_layer=True
     )
     assert REGISTRY.get_sample_value("citebot_flag_value", {"flag": "rerank"}) == 0.0
 
@@ -238,7 +238,7 @@ def test_one_read_for_many_threads_and_the_first_read_is_waited_for() -> None:
     for t in threads:
         t.join()
     assert len(slow_calls) == 1
-    assert results == [Flags(True, True, True, True, True)] * 8
+    assert results == [Flags(True, True, True, True, True, True)] * 8
 
 
 def test_an_expired_cache_does_not_block_other_threads() -> None:
@@ -260,7 +260,9 @@ def test_an_expired_cache_does_not_block_other_threads() -> None:
     refresher = threading.Thread(target=reader.current)
     refresher.start()
     assert entered.wait(5)
-    assert reader.current() == Flags(True, True, True, True, True)  # answered at once with the cached values
+    assert reader.current() == Flags(
+        True, True, True, True, True, True
+    )  # answered at once with the cached values
     release.set()
     refresher.join()
     assert reader.current() == Flags()
@@ -315,6 +317,7 @@ def test_show_prints_discourse_override_and_effective_values() -> None:
         "citebot_input_gate       off        -         off",
         "citebot_rerank           on         off       off",
         "citebot_post_links       -          -         off",
+        "citebot_intent_layer     off        -         off",
         "warning: citebot_post_links is not declared (is the citebot plugin installed?)",
     ]
 
@@ -327,7 +330,7 @@ def test_show_json() -> None:
     show_flags(forum_over(handler), flags_settings(), as_json=True, out=out)
     data = json.loads(out.getvalue())
     assert data["citebot_post_links"] == {"discourse": True, "override": None, "effective": True}
-    assert len(data) == 5
+    assert len(data) == 6
 
 
 def test_set_puts_the_site_setting_and_notes_a_conflicting_override() -> None:

@@ -143,6 +143,7 @@ class Retriever:
         use_rerank: bool = True,
         neighbours: int | None = None,
         trace: Trace | None = None,
+        query_vector: Sequence[float] | None = None,
     ) -> RetrievalResult:
         """Sources and zone for ``question``; ``neighbours`` defaults to ``settings.neighbours``."""
         trace = trace or Trace()
@@ -161,7 +162,7 @@ class Retriever:
         if use_keyword and self.keyword is not None and s.keyword_k > 0:
             future = self._pool.submit(self._keyword, question, exclude_post_ids, trace)
         try:
-            vector_ranking = self._embed_and_recall(question, exclude_post_ids, trace)
+            vector_ranking = self._embed_and_recall(question, exclude_post_ids, trace, query_vector)
         except IndexMismatchError:
             raise  # another model's vectors: fail loudly, never answer from a mixed space
         except (TransientError, PermanentError) as exc:
@@ -232,20 +233,35 @@ class Retriever:
             st.info = {"empty": empty}
         return "index empty" if empty else None
 
-    def _embed_and_recall(
-        self, question: str, exclude_post_ids: Sequence[int], trace: Trace
-    ) -> tuple[Candidate, ...]:
-        embedder, index = self.embedder, self.index
-        if embedder is None or index is None:
-            raise ConfigError("posts retrieval needs an embedder and an index", service="retrieval")
+    def embed_question(self, question: str, trace: Trace) -> list[float] | None:
+        """The question's vector, as recall embeds it (``None`` without an embedder). The pipeline
+        hands it to the gate's embedding layer, then back to ``retrieve(query_vector=...)``."""
+        embedder = self.embedder
+        if embedder is None:
+            return None
         with trace.stage("embed") as st:
             vectors = embedder.embed([question], kind="query")
             st.counts = {"texts": 1, "dimension": len(vectors[0]) if vectors else 0}
             st.info = {"model": embedder.model}
         if len(vectors) != 1:
             raise PermanentError(f"embedder returned {len(vectors)} vectors for 1 text", service="embeddings")
+        return list(vectors[0])
+
+    def _embed_and_recall(
+        self,
+        question: str,
+        exclude_post_ids: Sequence[int],
+        trace: Trace,
+        query_vector: Sequence[float] | None = None,
+    ) -> tuple[Candidate, ...]:
+        embedder, index = self.embedder, self.index
+        if embedder is None or index is None:
+            raise ConfigError("posts retrieval needs an embedder and an index", service="retrieval")
+        vector = query_vector if query_vector is not None else self.embed_question(question, trace)
+        if vector is None:
+            raise ConfigError("posts retrieval needs an embedder", service="retrieval")
         with trace.stage("recall") as st:
-            found = index.recall(vectors[0], self.settings.recall_k, exclude_post_ids)
+            found = index.recall(vector, self.settings.recall_k, exclude_post_ids)
             st.counts = {"k": self.settings.recall_k, "rows": len(found)}
             st.scores([c.cosine for c in found])
         return tuple(found)

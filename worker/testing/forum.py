@@ -119,6 +119,6 @@ class FakeForum:
         return {n: self.settings[n] for n in names if n in self.settings}
 
     def flags_on(self, **overrides: bool) -> None:
-        names = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links")
+        names = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links", "intent_layer")
         for name in names:
             self.settings[f"citebot_{name}"] = overrides.get(name, True)
