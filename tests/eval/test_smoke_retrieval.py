@@ -58,6 +58,7 @@ def test_smoke_quality_floors_and_incremental_index(data: Path, tmp_path: Path, 
         warmup=1,
         services="embedded",
         server_url=pg_server,
+        short=False,  # the floors are for the long questions; the short forms have their own report
     )
     key = export_key(export)
     try:
