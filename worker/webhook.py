@@ -1,6 +1,6 @@
 """The webhook receiver: Discourse's signed deliveries in, post ids onto the queue, 200 within milliseconds.
 
-Order of checks (SPEC §3.1): read the raw body (413 over the limit, without reading the rest; 408 when
+Order of checks (docs/intake.md): read the raw body (413 over the limit, without reading the rest; 408 when
 it has not arrived within ``limits.webhook_body_timeout_s``), verify ``X-Discourse-Event-Signature``
 (HMAC-SHA256 of the raw bytes, constant-time) before parsing (401), parse with pydantic (400), then
 decide cheaply whether the bot is addressed and enqueue ids only. With no secret configured nothing is
