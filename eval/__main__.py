@@ -38,6 +38,11 @@ def _common(p: argparse.ArgumentParser, *, forum_required: bool) -> None:
     )
     p.add_argument("--limit", type=int, help="only the first N questions (smoke runs)")
     p.add_argument(
+        "--half",
+        choices=("fit", "test"),
+        help="only the questions of this half (fit: what weights and thresholds are fitted on)",
+    )
+    p.add_argument(
         "--no-short",
         dest="short",
         action="store_false",
@@ -63,6 +68,12 @@ def parser() -> argparse.ArgumentParser:
         help="record the zone thresholds calibrated on the fit half for this reranker "
         "(worker/retrieval/zone_thresholds.json)",
     )
+    f = sub.add_parser(
+        "fit-stage", help="fit the second stage's weights on the fit half of the questions (solved topics)"
+    )
+    _common(f, forum_required=False)
+    f.add_argument("--out", type=Path, required=True, help="folder for the fitting run's report")
+    f.add_argument("--l2", type=float, default=1.0, help="L2 penalty of the logistic regression")
     pr = sub.add_parser("probes", help="the safety probes alone")
     pr.add_argument("--out", type=Path, help="write probes.json here")
     n = sub.add_parser("nightly", help="retrieval eval + calibration + probes; floors and regressions")
@@ -106,6 +117,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"nightly: {'ok' if code == 0 else 'FAILED'}; report in {folder / 'report.md'}")
             return code
         run = _retrieval_run(args)
+        if args.command == "fit-stage":
+            from eval.evaluation.fit_stage import fit_stage
+            from eval.stack.services import configured_settings
+            from worker.retrieval.stage import model_set_id
+            from worker.settings import load_settings
+
+            settings = configured_settings() or load_settings()
+            fitted = fit_stage(run, model_set_id(settings.embeddings.model), l2=args.l2)
+            print(json.dumps(fitted))
+            return 0
         if args.command == "retrieval":
             from eval.evaluation.runner import run_retrieval
 
@@ -128,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
     forum = args.forum
-    if forum is None and args.command == "nightly":
+    if forum is None and args.command in ("nightly", "fit-stage"):
         from eval.stack.services import configured_settings
 
         forum = DATA if configured_settings() is None else None
@@ -144,6 +165,7 @@ def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
         cache=args.cache,
         limit=args.limit,
         short=args.short,
+        half=args.half,
         write_thresholds=getattr(args, "write_thresholds", False),
     )
 

@@ -101,8 +101,11 @@ class Candidate:
     cosine: float | None = None
     vector_rank: int | None = None
     keyword_rank: int | None = None
+    lexical: float | None = None  # the lexical channel's score (worker/retrieval/lexical.py)
+    lexical_rank: int | None = None
     fused: float | None = None
     logit: float | None = None
+    stage: float | None = None  # the second stage's score (worker/retrieval/stage.py)
 
 
 @dataclass(frozen=True, slots=True)

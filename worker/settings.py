@@ -209,6 +209,18 @@ class RetrievalSettings(BaseModel):
         "relaxed_order", description="pgvector iterative scan, so filtered queries still fill recall_k."
     )
     max_scan_tuples: int = Field(20000, ge=100, description="`hnsw.max_scan_tuples` for iterative scans.")
+    lexical: bool = Field(
+        False, description="Lexical channel: full-text search over post_index, fused with the cosine one."
+    )
+    lexical_k: int = Field(50, ge=1, le=200, description="Candidates from the lexical channel.")
+    lexical_weight: float = Field(0.75, ge=0, description="RRF weight of the lexical channel (cosine: 1).")
+    keyword_weight: float = Field(1.0, ge=0, description="RRF weight of Discourse search (cosine: 1).")
+    second_stage: bool = Field(
+        False,
+        description="Rank the fused candidates by the second stage (stage_weights.json) instead of "
+        "the reranker; its score sets the zone.",
+    )
+    stage_k: int = Field(50, ge=1, le=200, description="Fused candidates the second stage scores.")
     abstain_below: float | None = Field(
         None,
         description="Top-1 score below which the bot abstains; unset: the value calibrated for the "

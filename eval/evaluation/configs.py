@@ -14,6 +14,9 @@ class Config:
     use_rerank: bool = True
     neighbours: int = 0
     description: str = ""
+    use_lexical: bool = False
+    use_stage: bool = False
+    use_vector: bool = True
 
     def switches(self) -> dict[str, object]:
         return {
@@ -21,7 +24,15 @@ class Config:
             "use_keyword": self.use_keyword,
             "use_rerank": self.use_rerank,
             "neighbours": self.neighbours,
+            "use_lexical": self.use_lexical,
+            "use_stage": self.use_stage,
+            "use_vector": self.use_vector,
         }
+
+    @property
+    def scores_zones(self) -> bool:
+        """Whether this configuration's top score sets a zone (rerank or second stage)."""
+        return self.use_posts and (self.use_rerank or self.use_stage)
 
 
 CONFIGS: dict[str, Config] = {
@@ -42,11 +53,50 @@ CONFIGS: dict[str, Config] = {
         Config(
             "posts+neighbours", use_keyword=False, use_rerank=False, neighbours=1, description="cosine, ±1"
         ),
+        Config(
+            "lexical",
+            use_keyword=False,
+            use_rerank=False,
+            use_lexical=True,
+            use_vector=False,
+            description="the lexical channel over post_index alone",
+        ),
+        Config(
+            "posts+lexical",
+            use_keyword=False,
+            use_rerank=False,
+            use_lexical=True,
+            description="cosine and the lexical channel fused by weighted RRF",
+        ),
+        Config(
+            "posts+lexical+stage",
+            use_keyword=False,
+            use_rerank=False,
+            use_lexical=True,
+            use_stage=True,
+            description="cosine + lexical (weighted RRF), ranked by the second stage; its zones",
+        ),
+        Config(
+            "posts+lexical+keyword+stage",
+            use_rerank=False,
+            use_lexical=True,
+            use_stage=True,
+            description="the second stage with Discourse search as a third channel",
+        ),
     )
 }
-DEFAULT = ("legacy", "posts", "posts+keyword", "posts+keyword+rerank", "posts+keyword+rerank+neighbours")
-FULL = "posts+keyword+rerank"
-SINGLE_CHANNELS = ("legacy", "posts")
+DEFAULT = (
+    "legacy",
+    "posts",
+    "lexical",
+    "posts+keyword",
+    "posts+lexical",
+    "posts+keyword+rerank",
+    "posts+lexical+stage",
+)
+FULL = "posts+keyword+rerank"  # today's shape
+STAGE = "posts+lexical+stage"  # the second stage
+SINGLE_CHANNELS = ("legacy", "posts", "lexical")
 
 
 class UnknownConfigError(ValueError):

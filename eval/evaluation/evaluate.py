@@ -136,12 +136,23 @@ def channel_ranks(result: RetrievalResult, gold_posts: set[int]) -> dict[str, in
 
 
 def top_logit(result: RetrievalResult) -> float | None:
+    """The score that set the zone: the second stage's, else the rerank logit."""
     if not result.candidates:
         return None
-    return result.candidates[0].logit
+    top = result.candidates[0]
+    return top.stage if top.stage is not None else top.logit
 
 
-def run_one(retriever: Retriever, q: Question, config: Config, gold: GoldPositions) -> Outcome:
+Collector = Callable[[Question, Config, RetrievalResult], None]
+
+
+def run_one(
+    retriever: Retriever,
+    q: Question,
+    config: Config,
+    gold: GoldPositions,
+    collect: Collector | None = None,
+) -> Outcome:
     t0 = time.perf_counter()
     try:
         result = retriever.retrieve(
@@ -151,6 +162,9 @@ def run_one(retriever: Retriever, q: Question, config: Config, gold: GoldPositio
             use_keyword=config.use_keyword,
             use_rerank=config.use_rerank,
             neighbours=config.neighbours,
+            use_lexical=config.use_lexical,
+            use_stage=config.use_stage,
+            use_vector=config.use_vector,
         )
     except CitebotError as exc:
         latency = (time.perf_counter() - t0) * 1000
@@ -161,6 +175,8 @@ def run_one(retriever: Retriever, q: Question, config: Config, gold: GoldPositio
             error=f"{type(exc).__name__}: {exc}",
         )  # fmt: skip
     latency = (time.perf_counter() - t0) * 1000
+    if collect is not None:
+        collect(q, config, result)
     metrics = score(result, q, gold) if q.answerable else {}
     return Outcome(
         question_id=q.id,
@@ -191,6 +207,7 @@ def run_questions(
     *,
     on_progress: Callable[[int, int], None] | None = None,
     hidden: Callable[[Sequence[int]], AbstractContextManager[None]] | None = None,
+    collect: Collector | None = None,
 ) -> list[Outcome]:
     """Every question through every configuration (question-major order); ``hidden(ids)`` hides the
     question's excluded posts from the forum while it runs (the local forum can; Discourse cannot)."""
@@ -200,7 +217,7 @@ def run_questions(
         try:
             with hidden(q.exclude_post_ids) if hidden is not None else nullcontext():
                 for config in configs:
-                    rows.append(run_one(retriever, q, config, gold))
+                    rows.append(run_one(retriever, q, config, gold, collect))
         except KeyboardInterrupt:
             # Ctrl-C or SIGTERM: keep the questions that ran through every configuration, report them.
             log.warning("interrupted after %d of %d questions; reporting those", i - 1, len(questions))
@@ -235,7 +252,7 @@ def abstention(
     """Per reranking configuration: how often out-of-domain questions abstain, and answerable ones do."""
     out: dict[str, dict[str, float]] = {}
     for config in configs:
-        if not (config.use_posts and config.use_rerank):
+        if not config.scores_zones:
             continue
         rows = [o for o in outcomes if o.config == config.name and o.error is None]
         ood = [o for o in rows if "out_of_domain" in o.tags]

@@ -22,10 +22,11 @@ from typing import Any
 
 from eval.evaluation.configs import Config
 from eval.evaluation.datasets import Question, load_questions, with_short_forms
-from eval.evaluation.evaluate import Outcome, abstention, run_questions, slices, summarize
+from eval.evaluation.evaluate import Collector, Outcome, abstention, run_questions, slices, summarize
 from eval.evaluation.report import abstention_table, configs_table, plot_configs, plot_latency, write_json
 from eval.evaluation.thresholds import calibrate, plot_calibration
 from eval.stack.services import CACHE, EmbeddedStack, configured_settings, index_export
+from worker.retrieval.stage import StageModel
 from worker.retrieval.zones import thresholds_for, write_thresholds
 from worker.settings import Settings
 
@@ -48,6 +49,9 @@ class RetrievalRun:
     extra_meta: dict[str, Any] = field(default_factory=dict)
     short: bool = True  # add each answerable question's first sentence (``eval.datasets.short_form``)
     write_thresholds: bool = False  # record the thresholds calibrated on the fit half for this scorer
+    half: str | None = None  # only the questions of this half (``fit`` / ``test``)
+    stage_model: StageModel | None = None  # second-stage weights to use instead of the fitted ones
+    collect: Collector | None = None  # sees every (question, configuration, result)
 
 
 def gold_positions(conn: Any, questions: Sequence[Question]) -> dict[int, tuple[int, int]]:
@@ -90,6 +94,11 @@ def evaluate_with(
         with build_retriever(
             settings, connections=single_connection(conn), keyword=keyword, http=http
         ) as retriever:
+            if run.stage_model is not None:
+                retriever.use_stage_model(run.stage_model)
+            stage_scorer = (
+                retriever.stage_model().scorer_id if any(c.use_stage for c in run.configs) else None
+            )
             full = next((c for c in run.configs if c.use_rerank and c.use_posts), run.configs[-1])
             for q in questions[: run.warmup]:  # models, connections and caches warm before timing
                 retriever.retrieve(q.question, exclude_post_ids=q.exclude_post_ids, **full.switches())  # type: ignore[arg-type]
@@ -100,7 +109,13 @@ def evaluate_with(
                     log.info("%d/%d questions (%.0f s)", i, n, time.perf_counter() - started)
 
             outcomes = run_questions(
-                retriever, questions, run.configs, gold, on_progress=progress, hidden=hidden
+                retriever,
+                questions,
+                run.configs,
+                gold,
+                on_progress=progress,
+                hidden=hidden,
+                collect=run.collect,
             )
             info = {
                 "posts_indexed": posts,
@@ -111,6 +126,8 @@ def evaluate_with(
                 "served_model": getattr(retriever.reranker, "served_model", None),
                 "scorer": getattr(retriever.reranker, "reranker_id", None),
                 "thresholds": asdict(retriever.thresholds()),
+                "stage_scorer": stage_scorer,
+                "stage_thresholds": asdict(retriever.thresholds(stage_scorer)) if stage_scorer else None,
             }
     finally:
         conn.close()
@@ -124,14 +141,24 @@ def build_results(
     limits = meta.get("thresholds") or asdict(thresholds_for(None))
     abstain_below, weak_below = float(limits["abstain_below"]), float(limits["weak_below"])
     full = [o for o in outcomes if o.config == "posts+keyword+rerank"] or [
-        o for o in outcomes if any(c.name == o.config and c.use_rerank and c.use_posts for c in configs)
+        o
+        for o in outcomes
+        if any(c.name == o.config and c.use_rerank and c.use_posts and not c.use_stage for c in configs)
     ]
+    stage_limits = meta.get("stage_thresholds") or limits
+    stage = [o for o in outcomes if any(c.name == o.config and c.use_stage for c in configs)]
+    stage = [o for o in stage if o.config == (stage[0].config if stage else None)]
     return {
         "meta": meta,
         "configs": summarize(outcomes, configs),
         "slices": slices(outcomes, configs),
         "abstention": abstention(outcomes, configs, abstain_below, weak_below),
         "calibration": calibrate(full, abstain_below, weak_below),
+        "stage_calibration": calibrate(
+            stage, float(stage_limits["abstain_below"]), float(stage_limits["weak_below"])
+        )
+        if stage
+        else {},
         "per_question": [o.as_dict() for o in outcomes],
     }
 
@@ -211,6 +238,8 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
         with_short_forms(loaded) if run.short else loaded,
         key=lambda q: hashlib.sha256(q.id.encode()).digest(),
     )
+    if run.half is not None:
+        questions = [q for q in questions if q.half == run.half]
     if run.limit is not None:
         questions = questions[: run.limit]
     configured = configured_settings() if run.services != "embedded" else None
@@ -270,16 +299,26 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
 def record_thresholds(results: dict[str, Any]) -> None:
     """Write the thresholds proposed from the fit half, with their held-out figures, for the run's
     scorer into ``worker/retrieval/zone_thresholds.json`` (what the worker loads for that scorer)."""
-    scorer = results["meta"].get("scorer")
-    held = (results.get("calibration") or {}).get("heldout") or {}
-    if not scorer or not held:
-        raise ValueError("--write-thresholds needs a reranking configuration whose reranker names itself")
+    written = 0
+    for scorer, key in (
+        (results["meta"].get("scorer"), "calibration"),
+        (results["meta"].get("stage_scorer"), "stage_calibration"),
+    ):
+        held = (results.get(key) or {}).get("heldout") or {}
+        if scorer and held:
+            _record(results, scorer, held)
+            written += 1
+    if not written:
+        raise ValueError("--write-thresholds needs a reranking or second-stage configuration")
+
+
+def _record(results: dict[str, Any], scorer: str, held: dict[str, Any]) -> None:
     prop = held["proposed"]
     figures = {
         "fitted": results["meta"]["date"],
         "data": ", ".join(Path(q).name for q in results["meta"]["questions"])
         + f" (fit half; forum {results['meta']['forum']}, {results['meta']['posts_indexed']} posts)",
-        "heldout_test_half": {
+        ("heldout_test_half" if held["judged_on"] == "test" else "fit_half_in_sample"): {
             "ood_recall": prop["ood_recall"],
             "answerable_abstained_rate": prop["answerable_abstained_rate"],
             "slices": held["slices_proposed"],

@@ -71,9 +71,14 @@ def _points(outcomes: Sequence[Outcome]) -> tuple[list[tuple[float, bool]], list
 
 
 def propose(outcomes: Sequence[Outcome], weak_below: float) -> tuple[float, float, bool]:
-    """(abstain_below, weak_below, weak found) proposed from ``outcomes``."""
+    """(abstain_below, weak_below, weak found) proposed from ``outcomes``: ``abstain_below`` abstains
+    on at most 5 % of each answerable slice (long and short questions alike)."""
     ans, ood = _points(outcomes)
-    abstain = propose_abstain([v for v, _ in ans])
+    by_slice: dict[str, list[float]] = {}
+    for o in outcomes:
+        if o.answerable and o.top_logit is not None:
+            by_slice.setdefault(slice_of(o.tags), []).append(o.top_logit)
+    abstain = min(propose_abstain(v) for v in by_slice.values())
     weak = propose_weak(ans, ood, abstain)
     return abstain, weak if weak is not None else max(weak_below, abstain), weak is not None
 
@@ -94,13 +99,16 @@ def heldout(outcomes: Sequence[Outcome], abstain_below: float, weak_below: float
     """Thresholds proposed from the ``fit`` half, judged on the untouched ``test`` half (per slice)."""
     fit = [o for o in outcomes if half_of(o.question_id) == "fit"]
     test = [o for o in outcomes if half_of(o.question_id) == "test"]
-    if not _points(fit)[0] or not _points(test)[0]:
+    if not _points(fit)[0]:
         return {}
+    judged = "test"
+    if not _points(test)[0]:  # a run over the fit half alone: figures in sample
+        test, judged = fit, "fit (in sample)"
     abstain, weak, _ = propose(fit, weak_below)
     ans, ood = _points(test)
     return {
         "fitted_on": "fit",
-        "judged_on": "test",
+        "judged_on": judged,
         "proposed": _figures(ans, ood, abstain, weak),
         "current": _figures(ans, ood, abstain_below, weak_below),
         "slices_proposed": slice_abstention(test, abstain),

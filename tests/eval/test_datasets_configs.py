@@ -70,8 +70,18 @@ def test_configs_by_name_default_and_all() -> None:
         "use_keyword": True,
         "use_rerank": False,
         "neighbours": 0,
+        "use_lexical": False,
+        "use_stage": False,
+        "use_vector": True,
     }
     assert CONFIGS["posts+keyword+rerank+neighbours"].neighbours == 1
+    stage = CONFIGS["posts+lexical+stage"]
+    assert stage.use_lexical
+    assert stage.use_stage
+    assert not stage.use_keyword
+    assert stage.scores_zones
+    assert CONFIGS["posts+keyword+rerank"].scores_zones
+    assert not CONFIGS["lexical"].use_vector
     with pytest.raises(UnknownConfigError, match="unknown configuration 'bm25'"):
         parse_configs("posts,bm25")
 

@@ -10,6 +10,7 @@ import httpx
 from worker.clients.embeddings import build_embedder
 from worker.clients.tei import TeiReranker
 from worker.protocols import Embedder, KeywordSearch, Reranker
+from worker.retrieval.lexical import PostgresLexicalIndex
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import ConnectionSource, PostgresPostIndex
 from worker.retrieval.terms import PostgresTermStats, TermSelector
@@ -41,6 +42,7 @@ def build_retriever(
         dimension=settings.embeddings.dimension,
     )
     terms = TermSelector(settings.retrieval.keyword_max_terms, stats=PostgresTermStats(connections))
+    lexical = PostgresLexicalIndex(connections)
     return Retriever(
         embedder,
         index,
@@ -48,5 +50,6 @@ def build_retriever(
         reranker,
         settings.retrieval,
         terms=terms,
+        lexical=lexical,
         rerank_excerpt_chars=settings.reranker.excerpt_chars,
     )

@@ -30,8 +30,11 @@ from worker.protocols import Embedder, KeywordSearch, Reranker
 from worker.retrieval.aggregate import build_sources, dedupe_by_topic, neighbours_for
 from worker.retrieval.fusion import fuse_rrf
 from worker.retrieval.keyword import KeywordResult, keyword_search
+from worker.retrieval.lexical import LexicalResult, PostgresLexicalIndex
 from worker.retrieval.recall import PostIndex
 from worker.retrieval.rerank import rerank_candidates
+from worker.retrieval.stage import StageModel, load_model, model_set_id
+from worker.retrieval.stage import rank as stage_rank
 from worker.retrieval.terms import TermSelector
 from worker.retrieval.zones import Thresholds, assign_zone, thresholds_for
 from worker.settings import RetrievalSettings
@@ -90,6 +93,7 @@ class Retriever:
         settings: RetrievalSettings,
         *,
         terms: TermSelector | None = None,
+        lexical: PostgresLexicalIndex | None = None,
         rerank_excerpt_chars: int = 300,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -110,12 +114,16 @@ class Retriever:
         self.settings = settings
         self.terms = terms or TermSelector(settings.keyword_max_terms)
         self.rerank_excerpt_chars = rerank_excerpt_chars
+        self.lexical = lexical
+        self._stage_model: StageModel | None = None
         self._index_state = _IndexState(index, settings.index_check_ttl_s, clock) if index else None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieval-keyword")
 
-    def thresholds(self) -> Thresholds:
-        """The zone thresholds of the reranker in use (its id is known once it answered ``/info``)."""
-        scorer = getattr(self.reranker, "reranker_id", None)
+    def thresholds(self, scorer: str | None = None) -> Thresholds:
+        """The zone thresholds of ``scorer``, by default the reranker in use (its id is known once it
+        answered ``/info``)."""
+        if scorer is None:
+            scorer = getattr(self.reranker, "reranker_id", None)
         return thresholds_for(
             scorer if isinstance(scorer, str) else None,
             abstain_below=self.settings.abstain_below,
@@ -142,16 +150,27 @@ class Retriever:
         use_keyword: bool = True,
         use_rerank: bool = True,
         neighbours: int | None = None,
+        use_lexical: bool | None = None,
+        use_stage: bool | None = None,
+        use_vector: bool = True,
         trace: Trace | None = None,
         query_vector: Sequence[float] | None = None,
     ) -> RetrievalResult:
-        """Sources and zone for ``question``; ``neighbours`` defaults to ``settings.neighbours``."""
+        """Sources and zone for ``question``; ``neighbours``, ``use_lexical`` and ``use_stage`` default
+        to ``settings.neighbours``, ``settings.lexical`` and ``settings.second_stage``;
+        ``use_vector=False`` leaves the cosine channel out (the eval measures the lexical one alone)."""
         trace = trace or Trace()
         s = self.settings
+        lexical_on = (s.lexical if use_lexical is None else use_lexical) and self.lexical is not None
+        stage_on = s.second_stage if use_stage is None else use_stage
+        if stage_on and not use_vector:
+            raise ValueError("the second stage needs the cosine channel")
         trace.info["config"] = {
             "posts": use_posts,
             "keyword": use_keyword,
-            "rerank": use_rerank,
+            "lexical": lexical_on,
+            "rerank": use_rerank and not stage_on,
+            "stage": stage_on,
             "neighbours": s.neighbours if neighbours is None else neighbours,
         }
         reason = self._legacy_reason(use_posts, trace)
@@ -161,8 +180,16 @@ class Retriever:
         future: Future[KeywordResult] | None = None
         if use_keyword and self.keyword is not None and s.keyword_k > 0:
             future = self._pool.submit(self._keyword, question, exclude_post_ids, trace)
+        lexical_future: Future[LexicalResult] | None = None
+        if lexical_on:
+            lexical_future = self._pool.submit(self._lexical, question, exclude_post_ids, trace)
+        recall_k = max(s.recall_k, s.stage_k) if stage_on else s.recall_k
         try:
-            vector_ranking = self._embed_and_recall(question, exclude_post_ids, trace, query_vector)
+            vector, vector_ranking = (
+                self._embed_and_recall(question, exclude_post_ids, trace, recall_k, query_vector)
+                if use_vector
+                else ([], ())
+            )
         except IndexMismatchError:
             raise  # another model's vectors: fail loudly, never answer from a mixed space
         except (TransientError, PermanentError) as exc:
@@ -174,18 +201,39 @@ class Retriever:
                 keyword_ranking = future.result().candidates
             except CitebotError as exc:
                 trace.fallback("keyword", f"keyword search failed: {exc}")
+        lexical = LexicalResult((), ())
+        if lexical_future is not None:
+            try:
+                lexical = lexical_future.result()
+            except CitebotError as exc:
+                trace.fallback("lexical", f"lexical search failed: {exc}")
 
         with trace.stage("fuse") as st:
-            rankings = [vector_ranking, keyword_ranking] if keyword_ranking else [vector_ranking]
-            fused = fuse_rrf(rankings, k=s.rrf_k)
-            st.counts = {"vector": len(vector_ranking), "keyword": len(keyword_ranking), "fused": len(fused)}
+            rankings: list[Sequence[Candidate]] = [vector_ranking]
+            weights = [1.0]
+            for ranking, weight in (
+                (lexical.candidates, s.lexical_weight),
+                (keyword_ranking, s.keyword_weight),
+            ):
+                if ranking:
+                    rankings.append(ranking)
+                    weights.append(weight)
+            fused = fuse_rrf(rankings, k=s.rrf_k, weights=weights)
+            st.counts = {
+                "vector": len(vector_ranking),
+                "lexical": len(lexical.candidates),
+                "keyword": len(keyword_ranking),
+                "fused": len(fused),
+            }
             st.scores([c.fused for c in fused])
         if keyword_ranking:
             fused = self._hydrate(fused, trace)
 
         zone: Zone = "normal"
         ranked: Sequence[Candidate] = fused
-        if use_rerank and self.reranker is not None and fused:
+        if stage_on and fused:
+            ranked, zone = self._second_stage(fused, vector, lexical, trace)
+        elif use_rerank and self.reranker is not None and fused:
             with trace.stage("rerank") as st:
                 outcome = rerank_candidates(
                     self.reranker,
@@ -204,7 +252,7 @@ class Retriever:
             if outcome.applied:
                 limits = self.thresholds()
                 zone = assign_zone(ranked[0].logit, limits.abstain_below, limits.weak_below)
-        elif use_rerank and self.reranker is None:
+        elif use_rerank and self.reranker is None and not stage_on:
             trace.fallback("rerank", "no reranker configured")
 
         n_around = s.neighbours if neighbours is None else neighbours
@@ -247,13 +295,66 @@ class Retriever:
             raise PermanentError(f"embedder returned {len(vectors)} vectors for 1 text", service="embeddings")
         return list(vectors[0])
 
+    def _second_stage(
+        self, fused: Sequence[Candidate], vector: Sequence[float], lexical: LexicalResult, trace: Trace
+    ) -> tuple[list[Candidate], Zone]:
+        """The first ``stage_k`` fused candidates by the second stage's score; the zone from its top."""
+        s = self.settings
+        head, tail = list(fused[: s.stage_k]), list(fused[s.stage_k :])
+        with trace.stage("stage") as st:
+            model = self.stage_model()
+            need_cosine = [c.post_id for c in head if c.cosine is None]
+            cosines = self.index.cosines(vector, need_cosine) if self.index and need_cosine else {}
+            need_lexical = [c.post_id for c in head if c.lexical is None]
+            lex = self.lexical.scores(lexical.terms, need_lexical) if self.lexical and need_lexical else {}
+            head = [
+                replace(
+                    c,
+                    cosine=cosines.get(c.post_id, c.cosine),
+                    lexical=lex.get(c.post_id, c.lexical if c.lexical is not None else 0.0),
+                )
+                for c in head
+            ]
+            ranked = stage_rank(model, head)
+            limits = self.thresholds(model.scorer_id)
+            zone = assign_zone(ranked[0].stage if ranked else None, limits.abstain_below, limits.weak_below)
+            st.counts = {"in": len(head), "cosines": len(cosines), "lexical": len(lex)}
+            st.scores([c.stage for c in ranked])
+            st.info = {"model_set": model.model_set, "zone": zone}
+        return ranked + tail, zone
+
+    def use_stage_model(self, model: StageModel) -> None:
+        """Use these second-stage weights instead of the fitted ones (the fitting run, tests)."""
+        self._stage_model = model
+
+    def stage_model(self) -> StageModel:
+        """The second stage's weights for the recall model in use (ConfigError when none are fitted)."""
+        if self._stage_model is None:
+            model = self.embedder.model if self.embedder is not None else ""
+            self._stage_model = load_model(model_set_id(model))
+        return self._stage_model
+
+    def _lexical(self, question: str, exclude_post_ids: Sequence[int], trace: Trace) -> LexicalResult:
+        if self.lexical is None:
+            raise ConfigError("no lexical index configured", service="retrieval")
+        with trace.stage("lexical") as st:
+            try:
+                result = self.lexical.search(question, self.settings.lexical_k, exclude_post_ids)
+            except CitebotError as exc:
+                st.fallback = _reason(exc)
+                raise
+            st.counts = {"terms": len(result.terms), "hits": len(result.candidates)}
+            st.scores([c.lexical for c in result.candidates])
+        return result
+
     def _embed_and_recall(
         self,
         question: str,
         exclude_post_ids: Sequence[int],
         trace: Trace,
+        k: int,
         query_vector: Sequence[float] | None = None,
-    ) -> tuple[Candidate, ...]:
+    ) -> tuple[Sequence[float], tuple[Candidate, ...]]:
         embedder, index = self.embedder, self.index
         if embedder is None or index is None:
             raise ConfigError("posts retrieval needs an embedder and an index", service="retrieval")
@@ -261,10 +362,10 @@ class Retriever:
         if vector is None:
             raise ConfigError("posts retrieval needs an embedder", service="retrieval")
         with trace.stage("recall") as st:
-            found = index.recall(vector, self.settings.recall_k, exclude_post_ids)
-            st.counts = {"k": self.settings.recall_k, "rows": len(found)}
+            found = index.recall(vector, k, exclude_post_ids)
+            st.counts = {"k": k, "rows": len(found)}
             st.scores([c.cosine for c in found])
-        return tuple(found)
+        return vector, tuple(found)
 
     def _keyword(self, question: str, exclude_post_ids: Sequence[int], trace: Trace) -> KeywordResult:
         search = self.keyword

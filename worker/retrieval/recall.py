@@ -66,6 +66,10 @@ WHERE p.topic_id = %s AND p.post_number BETWEEN %s AND %s AND p.post_number <> %
 ORDER BY p.post_number
 """
 
+COSINES_SQL = """
+SELECT p.post_id, 1 - (p.embedding <=> %(q)s) FROM post_index p WHERE p.post_id = ANY(%(ids)s::bigint[])
+"""
+
 _SETTINGS_SQL = (
     "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true),"
     " set_config('hnsw.max_scan_tuples', %s, true)"
@@ -88,6 +92,10 @@ class PostIndex(Protocol):
         ...
 
     def is_empty(self) -> bool: ...
+
+    def cosines(self, vector: Sequence[float], post_ids: Sequence[int]) -> dict[int, float]:
+        """The cosine of ``vector`` to each indexed post of ``post_ids`` (hits of the other channels)."""
+        ...
 
     def posts(self, post_ids: Sequence[int]) -> dict[int, Candidate]:
         """The eligible indexed posts among ``post_ids`` (to give keyword hits their full text)."""
@@ -185,6 +193,19 @@ class PostgresPostIndex:
             )
             for rank, r in enumerate(rows, start=1)
         ]
+
+    def cosines(self, vector: Sequence[float], post_ids: Sequence[int]) -> dict[int, float]:
+        if not post_ids:
+            return {}
+        if len(vector) != self._dimension:
+            raise IndexMismatchError(
+                f"query vector has {len(vector)} dimensions, the index {self._dimension}", service="postgres"
+            )
+        self.check()
+        params = {"q": HalfVector(np.asarray(vector, dtype=np.float32)), "ids": list(post_ids)}
+        with self._transaction() as conn:
+            rows = conn.execute(COSINES_SQL, params).fetchall()
+        return {int(r[0]): float(r[1]) for r in rows}
 
     def is_empty(self) -> bool:
         with self._transaction() as conn:

@@ -74,3 +74,16 @@ def test_empty_and_invalid_inputs() -> None:
     assert fuse_rrf([[], []]) == []
     with pytest.raises(ValueError, match="k must be"):
         fuse_rrf([[cand(1)]], k=0)
+
+
+def test_weighted_rrf_scales_each_ranking() -> None:
+    vector = [cand(1), cand(2)]
+    lexical = [cand(2, lexical=3.0, lexical_rank=1), cand(3, lexical=1.0, lexical_rank=2)]
+    fused = fuse_rrf([vector, lexical], k=60, weights=[1.0, 0.5])
+    by_id = {c.post_id: c for c in fused}
+    assert by_id[2].fused == pytest.approx(1 / 62 + 0.5 / 61)
+    assert by_id[3].fused == pytest.approx(0.5 / 62)
+    assert by_id[2].lexical == 3.0  # merged from the lexical channel into the vector candidate
+    assert by_id[2].lexical_rank == 1
+    with pytest.raises(ValueError, match="weight"):
+        fuse_rrf([vector, lexical], weights=[1.0])

@@ -1,0 +1,134 @@
+"""The second stage: features, the linear score, the weights file, and the retriever's switch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector
+
+from eval.evaluation.fit_stage import logistic_regression, provisional
+from tests.worker.retrieval.doubles import TableEmbedder, angle_vector, insert_post
+from worker.domain import Candidate
+from worker.errors import ConfigError
+from worker.retrieval.lexical import PostgresLexicalIndex
+from worker.retrieval.pipeline import Retriever
+from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.stage import (
+    FEATURES,
+    StageModel,
+    feature_rows,
+    load_model,
+    model_set_id,
+    rank,
+    read_weights,
+    write_model,
+)
+from worker.settings import RetrievalSettings
+
+
+def cand(post_id: int, *, post_number: int = 2, cosine: float = 0.5, lexical: float = 0.0) -> Candidate:
+    return Candidate(
+        post_id=post_id,
+        topic_id=post_id,
+        post_number=post_number,
+        topic_slug="s",
+        topic_title="t",
+        text="x",
+        cosine=cosine,
+        lexical=lexical,
+    )
+
+
+def model(**weights: float) -> StageModel:
+    return StageModel("m", FEATURES, tuple(weights.get(f, 0.0) for f in FEATURES), (0.0,) * 4, (1.0,) * 4)
+
+
+def test_features_normalise_the_lexical_score_per_question() -> None:
+    rows = feature_rows([cand(1, lexical=4.0), cand(2, lexical=1.0, post_number=1), cand(3)])
+    assert [r["lexical"] for r in rows] == [1.0, 0.25, 0.0]
+    assert all(r["lexical_top"] == pytest.approx(np.log1p(4.0)) for r in rows)
+    assert [r["first_post"] for r in rows] == [0.0, 1.0, 0.0]
+
+
+def test_rank_orders_by_the_weighted_score_and_prefers_replies() -> None:
+    question_post = cand(1, post_number=1, cosine=0.8)
+    answer = cand(2, cosine=0.7)
+    ranked = rank(model(cosine=10.0, first_post=-2.0), [question_post, answer])
+    assert [c.post_id for c in ranked] == [2, 1]
+    assert ranked[0].stage == pytest.approx(7.0)
+    assert ranked[1].stage == pytest.approx(6.0)
+
+
+def test_weights_file_round_trip_and_a_missing_model_set_names_the_fit_command(tmp_path: Path) -> None:
+    path = tmp_path / "w.json"
+    m = StageModel("set-a", FEATURES, (1.0, 0.5, 0.2, -1.0), (0.5, 0.3, 1.0, 0.2), (0.1, 0.3, 0.5, 0.4), -3.0)
+    write_model(m, {"fitted": "now"}, path=path)
+    assert load_model("set-a", path=path) == m
+    assert json.loads(path.read_text())["model_sets"]["set-a"]["fitted"] == "now"
+    with pytest.raises(ConfigError, match="fit-stage"):
+        load_model("set-b", path=path)
+    with pytest.raises(ValueError, match="unknown"):
+        StageModel("x", ("cosine", "colour"), (1.0, 1.0), (0.0, 0.0), (1.0, 1.0))
+
+
+def test_shipped_weights_cover_the_shipped_embedder() -> None:
+    sets = read_weights()["model_sets"]
+    assert model_set_id("sentence-transformers/all-MiniLM-L6-v2") in sets
+
+
+def test_logistic_regression_recovers_the_direction() -> None:
+    rng = np.random.default_rng(19)
+    x = rng.normal(size=(2000, 3))
+    y = (x @ np.array([2.0, -1.0, 0.0]) + rng.normal(size=2000) > 0).astype(float)
+    w, _ = logistic_regression(x, y, l2=1.0)
+    assert w[0] > 1.0
+    assert w[1] < -0.5
+    assert abs(w[2]) < 0.3
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        register_vector(c)
+        yield c
+
+
+@pytest.mark.integration
+def test_retrieve_with_the_second_stage_fuses_both_channels_and_sets_the_zone(
+    conn: psycopg.Connection,
+) -> None:
+    # Post 3 is far in cosine but the only one with the question's words: the lexical channel
+    # brings it in, the stage gives it its cosine (computed for it) and ranks it by the weights.
+    insert_post(conn, 1, angle_vector(5), topic_id=1, post_number=1, title="Fog", text="Fog looks bad")
+    insert_post(conn, 2, angle_vector(10), topic_id=1, post_number=2, title="Fog", text="Use a fog end")
+    insert_post(conn, 3, angle_vector(80), topic_id=2, title="Shadow acne", text="Raise the depth bias")
+    s = RetrievalSettings.model_validate({"recall_k": 2, "stage_k": 10, "sources_k": 3})
+    question = "shadow acne depth bias"
+    embedder = TableEmbedder({question: angle_vector(0)})
+    connections = single_connection(conn)  # one lock for the one connection both read through
+    index = PostgresPostIndex(connections, s, model="test-model", dimension=8)
+    lexical = PostgresLexicalIndex(connections)
+    with Retriever(embedder, index, None, None, s, lexical=lexical) as retriever:
+        with pytest.raises(ConfigError, match="fit-stage"):
+            retriever.retrieve(question, use_lexical=True, use_stage=True)  # no weights for test-model
+        retriever.use_stage_model(model(lexical=5.0, cosine=1.0, first_post=-1.0))
+        result = retriever.retrieve(question, use_lexical=True, use_stage=True)
+        plain = retriever.retrieve(question, use_keyword=False, use_rerank=False)
+    assert [c.post_id for c in result.candidates] == [3, 2, 1]
+    top = result.candidates[0]
+    assert top.cosine == pytest.approx(np.cos(np.radians(80)), abs=1e-3)  # filled in by the stage
+    assert top.stage is not None
+    assert result.zone in ("abstain", "weak", "normal")
+    assert result.trace.info["config"]["stage"] is True
+    assert [c.post_id for c in plain.candidates] == [1, 2]  # today's shape: cosine alone here
+
+
+def test_provisional_model_is_cosine_alone() -> None:
+    m = provisional("x")
+    assert dict(zip(m.features, m.weights, strict=True))["cosine"] == 1.0
+    assert sum(abs(w) for w in m.weights) == 1.0
