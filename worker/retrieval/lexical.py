@@ -3,7 +3,7 @@
 Discourse's ``/search.json`` ANDs its terms and returns one post per topic, so it is a weak channel for
 a whole question. This one ORs the question's most distinctive stemmed words over the ``lexical``
 column (``to_tsvector('english', …)``: the topic title weighted A, the post's own text B; migration
-0003) and scores each matching post BM25-like::
+0004) and scores each matching post BM25-like::
 
     score(post) = Σ over the question's terms t of idf(t) · ts_rank({0, 0, 1/3, 1}, lexical, t, 1)
 
