@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from worker.testing.chat import chat_completion_body
-from worker.testing.models import FakeEmbedder, tei_embed_body, tei_rerank_body
+from worker.testing.models import FakeEmbedder, tei_embed_body, tei_info_body, tei_rerank_body
 
 MODEL = "soak-model"
 DIMENSION = 8
@@ -74,7 +74,7 @@ def create_app(knobs: Knobs) -> Starlette:
         return JSONResponse(tei_rerank_body(await request.json()))
 
     async def info(request: Request) -> Response:
-        return JSONResponse({"model_id": MODEL, "model_type": {"reranker": {}}, "max_client_batch_size": 32})
+        return JSONResponse(tei_info_body(MODEL))
 
     async def complete(request: Request) -> Response:
         body: dict[str, Any] = await request.json()

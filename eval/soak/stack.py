@@ -62,6 +62,11 @@ class StackOptions:
     poll_interval_s: float = 1.0
     max_retries: int = 20
     seed: int = 1
+    # The forum's max_admin_api_reqs_per_minute and citebot's share of it: a soak asks fast, so it runs
+    # as an operator who raised DISCOURSE_MAX_ADMIN_API_REQS_PER_MINUTE would (docs/intake.md).
+    forum_api_limit: int = 6000
+    api_requests_per_minute: float = 4800.0
+    api_burst: int = 100
 
 
 class SoakStack:
@@ -72,6 +77,7 @@ class SoakStack:
         self.cache = options.cache.resolve()
         self.logs = self.cache / "soak" / "logs"
         self.api_key = secrets.token_hex(20)
+        self.session_key = secrets.token_hex(20)  # the members' browser sessions
         self.secret = secrets.token_hex(20)
         self.ports = {name: free_port() for name in ("models", "forum", "webhook", "relay")}
         self.forum_url = f"http://127.0.0.1:{self.ports['forum']}"
@@ -120,12 +126,12 @@ class SoakStack:
             "forum",
             [*CITEBOT, "forum", "serve", "--export", str(SAMPLE), "--port", str(self.ports["forum"]),
              "--database-url", self.forum_db_url, "--webhook-url", f"{self.relay_server.url}/hook",
-             "--reload"],
+             "--reload", "--admin-api-reqs-per-minute", str(self.o.forum_api_limit)],
         )  # fmt: skip
         self.procs.wait_http(models, f"{self.models_url}/health")
         self.procs.wait_http(
             forum,
-            f"{self.forum_url}/admin/site_settings.json?filter=citebot",
+            f"{self.forum_url}/admin/site_settings.json?plugin=citebot",
             headers=self.admin_headers(),
             timeout_s=180,
         )
@@ -182,6 +188,10 @@ class SoakStack:
             "CITEBOT_DISCOURSE__API_USERNAME": BOT,
             "CITEBOT_DISCOURSE__BOT_USERNAME": BOT,
             "CITEBOT_DISCOURSE__WEBHOOK_SECRET": self.secret,
+            "CITEBOT_DISCOURSE__SITE_API_LIMIT_PER_MINUTE": str(self.o.forum_api_limit),
+            "CITEBOT_DISCOURSE__API_REQUESTS_PER_MINUTE": str(self.o.api_requests_per_minute),
+            "CITEBOT_DISCOURSE__API_BURST": str(self.o.api_burst),
+            "LOCAL_FORUM_SESSION_KEY": self.session_key,
             "CITEBOT_EMBEDDINGS__PROVIDER": "tei",
             "CITEBOT_EMBEDDINGS__BASE_URL": self.models_url,
             "CITEBOT_EMBEDDINGS__MODEL": MODEL,
@@ -205,6 +215,10 @@ class SoakStack:
 
     def admin_headers(self) -> dict[str, str]:
         return {"Api-Key": self.api_key, "Api-Username": BOT}
+
+    def member_headers(self, username: str) -> dict[str, str]:
+        """A member's browser session (Discourse does not count it against the admin-API limit)."""
+        return {"Api-Key": self.session_key, "Api-Username": username}
 
     def check_alive(self) -> None:
         """Raise when a service the supervisor does not restart (forum, model server) has died."""

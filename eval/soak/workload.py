@@ -90,7 +90,7 @@ class Members:
             try:
                 r = self.http.post(
                     f"{self.stack.forum_url}/posts.json",
-                    headers={"Api-Key": self.stack.api_key, "Api-Username": member},
+                    headers=self.stack.member_headers(member),
                     json={"topic_id": topic_id, "raw": raw},
                 )
                 if r.status_code == 200:

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from worker.testing.chat import chat_completion_body, openai_unsupported_parameter
-from worker.testing.models import FakeEmbedder, tei_embed_body, tei_rerank_body
+from worker.testing.models import FakeEmbedder, tei_embed_body, tei_info_body, tei_rerank_body
 
 EMBEDDER = FakeEmbedder(model="test-model", dimension=8)
 
@@ -48,7 +48,7 @@ class FakeTei:
         return JSONResponse(tei_rerank_body(await request.json()))
 
     async def info(self, request: Request) -> JSONResponse:
-        return JSONResponse({"model_id": "fake", "model_type": {"reranker": {}}, "max_client_batch_size": 32})
+        return JSONResponse(tei_info_body("fake"))
 
 
 class FakeLlm:

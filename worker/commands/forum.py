@@ -34,6 +34,13 @@ def register(group: argparse.ArgumentParser) -> None:
         "--webhook-secret", default=None, help="webhook secret (default: CITEBOT_DISCOURSE__WEBHOOK_SECRET)"
     )
     p.add_argument("--reload", action="store_true", help="reload the export even if it is already loaded")
+    p.add_argument(
+        "--admin-api-reqs-per-minute",
+        type=int,
+        default=60,
+        metavar="N",
+        help="Discourse's max_admin_api_reqs_per_minute: one limit for every API-key request (default 60)",
+    )
     p.set_defaults(handler=_serve)
 
 

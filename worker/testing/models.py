@@ -107,6 +107,29 @@ def tei_rerank_body(body: Mapping[str, Any]) -> list[dict[str, float]]:
     return [{"index": i, "score": scores[i]} for i in ranked]
 
 
+def tei_info_body(
+    model_id: str, kind: str = "reranker", *, max_client_batch_size: int = 32
+) -> dict[str, Any]:
+    """TEI's ``GET /info``: ``model_type`` names exactly one kind (TEI serves one model), with its
+    fields (a single-label cross-encoder's ``id2label``/``label2id``, an embedder's pooling)."""
+    kinds: dict[str, dict[str, Any]] = {
+        "reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}},
+        "embedding": {"pooling": "mean"},
+    }
+    return {
+        "model_id": model_id,
+        "model_dtype": "float32",
+        "model_type": {kind: kinds[kind]},
+        "max_concurrent_requests": 512,
+        "max_input_length": 512,
+        "max_batch_tokens": 16384,
+        "max_client_batch_size": max_client_batch_size,
+        "auto_truncate": True,
+        "tokenization_workers": 1,
+        "version": "1.5.0",
+    }
+
+
 class FakeReranker(Reranker):
     """Word-overlap logits, or canned ones: ``scores[text]`` wins over ``score_fn`` when given."""
 

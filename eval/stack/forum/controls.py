@@ -3,6 +3,7 @@ the webhook delivery log and manual redelivery."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
@@ -10,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from eval.stack.forum.limits import SlidingWindowLimiter
 from eval.stack.forum.serialize import error, invalid_access
 
 if TYPE_CHECKING:
@@ -68,8 +70,35 @@ def control_routes(forum: ForumApp) -> list[Route]:
         found = forum.webhooks.redeliver(int(request.path_params["event_id"]))
         return JSONResponse({"queued": found is not None}, status_code=200 if found else 404)
 
+    async def api_log(request: Request) -> Response:
+        """The admin-API limiter and the log of API requests after ``?since=`` (monotonic seconds);
+        POST ``{"admin_api_reqs_per_minute": N}`` sets a new limit (a fresh window)."""
+        denied = _denied(forum, request)
+        if denied is not None:
+            return denied
+        if request.method == "POST":
+            try:
+                limit = int((await request.json())["admin_api_reqs_per_minute"])
+            except (ValueError, TypeError, KeyError) as exc:
+                return error(400, f"admin_api_reqs_per_minute: {exc}", "invalid_parameters")
+            forum.api_limiter = SlidingWindowLimiter(limit, forum.config.admin_api_window_s)
+        since = float(request.query_params.get("since") or 0)
+        lim = forum.api_limiter
+        calls = [[c.at, c.keyed, c.status, c.method, c.path] for c in list(forum.calls) if c.at >= since]
+        return JSONResponse(
+            {
+                "limit": lim.limit,
+                "window_s": lim.window_s,
+                "performed": lim.performed,
+                "refused": lim.refused,
+                "now": time.monotonic(),
+                "calls": calls,
+            }
+        )
+
     return [
         Route("/__forum/faults", set_faults, methods=["GET", "POST"]),
+        Route("/__forum/api", api_log, methods=["GET", "POST"]),
         Route("/__forum/users", add_user, methods=["POST"]),
         Route("/__forum/webhooks", webhook_log, methods=["GET"]),
         Route("/__forum/webhooks/{event_id:int}/redeliver", redeliver, methods=["POST"]),

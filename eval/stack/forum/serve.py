@@ -4,6 +4,7 @@ PostgreSQL and serve the Discourse double over it. The command line is parsed by
 from __future__ import annotations
 
 import argparse
+import os
 
 import psycopg
 import psycopg_pool
@@ -40,6 +41,9 @@ def serve(args: argparse.Namespace) -> int:
             webhook_secret=args.webhook_secret
             if args.webhook_secret is not None
             else settings.discourse.webhook_secret.get_secret_value(),
+            admin_api_reqs_per_minute=args.admin_api_reqs_per_minute,
+            # Members' browser sessions in the demo and the soak (not counted as API requests).
+            session_key=os.environ.get("LOCAL_FORUM_SESSION_KEY") or "local-forum-session",
         )
         forum = create_forum_app(store, config)
         try:

@@ -20,7 +20,7 @@ from worker.errors import (
 )
 from worker.protocols import Reranker
 from worker.settings import RerankerSettings
-from worker.testing.models import FakeReranker, overlap_logit
+from worker.testing.models import FakeReranker, overlap_logit, tei_info_body
 
 BASE = "http://tei.test"
 
@@ -218,3 +218,20 @@ def test_fake_reranker_scores_by_overlap_and_records() -> None:
     fake.fail_with = ServiceUnavailableError("down", service="fake")
     with pytest.raises(ServiceUnavailableError):
         fake.rerank("q", ["a"])
+
+
+@pytest.mark.parametrize("kind", ["reranker", "embedding"])
+def test_the_local_servers_info_names_one_model_kind_like_tei(kind: str) -> None:
+    # TEI serves one model: /info's model_type is an externally tagged enum with exactly one key.
+    info = tei_info_body("some/model", kind, max_client_batch_size=7)
+    assert list(info["model_type"]) == [kind]
+    assert info["model_type"][kind]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=info)
+
+    client = TeiReranker(
+        httpx.Client(transport=httpx.MockTransport(handler)), RerankerSettings(base_url=BASE)
+    )
+    assert client.info()["model_id"] == "some/model"
+    assert client.batch_size == 7
