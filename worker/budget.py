@@ -17,6 +17,7 @@ A 429 from Discourse (another integration spent the site's budget) pauses the bu
 than ``api_max_wait_s`` gets ``RateLimitedError`` (its job is retried later) instead of holding a
 thread; ``bulk`` waits as long as it takes. When Redis cannot be reached each process falls back to a
 bucket of its own with the same numbers (logged), which keeps the bot working but no longer shares.
+Every process must run with the same budget settings: each call passes its rate and size to Redis.
 """
 
 from __future__ import annotations

@@ -329,7 +329,9 @@ def create_app(
         try:
             if fresh[0]:
                 refresh = _refresh_event(event, post)
-                intake.refresh_post(post.id, refresh)
+                # The bot's own posts never enter the index: refreshing them would only spend API calls.
+                if post.username.lower() != bot.username.lower():
+                    intake.refresh_post(post.id, refresh)
                 if refresh in FIRST_POST_TOPIC_EVENTS and post.post_number == 1:
                     intake.refresh_topic(post.topic_id, FIRST_POST_TOPIC_EVENTS[refresh])
             if ask and fresh[1]:

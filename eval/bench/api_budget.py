@@ -89,8 +89,14 @@ def run(stack: SoakStack, questions: int, spacing: float) -> dict[str, Any]:
             json={"admin_api_reqs_per_minute": 60},
         ).raise_for_status()
         stack.procs.env.update(DEFAULT_BUDGET)
+        # Every process that calls Discourse restarts with the default budget (they share one bucket).
         for index in sorted(stack.workers):
-            stack.kill_worker(index)  # started again at once, with the default budget
+            stack.kill_worker(index)
+            stack.start_worker(index)
+        with stack.lock:
+            pollers = [c for c in stack.procs.children if c.name.startswith("poller")]
+        for child in pollers:
+            child.proc.kill()  # the supervisor starts it again, with the new environment
         t2 = forum_clock(stack)
         backfill = stack.procs.start(
             "backfill", [*CITEBOT, "backfill", "--source", "api", "--progress", "log"]

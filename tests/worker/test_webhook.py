@@ -195,6 +195,13 @@ def test_quoting_reply_is_enqueued_for_the_worker_to_confirm(client: TestClient,
     assert len(intake.questions) == 1
 
 
+def test_the_bots_own_posts_cost_no_index_refresh(client: TestClient, intake: FakeIntake) -> None:
+    reply = post_payload(username="citebot", raw="Here is the answer [1].")
+    assert deliver(client, reply)[0] == 200
+    assert intake.posts == []  # never indexed (bot author): no API calls spent reading it back
+    assert intake.questions == []
+
+
 def test_topic_deletion_and_recovery_refresh_the_whole_topic(client: TestClient, intake: FakeIntake) -> None:
     # Discourse deletes a topic with post_destroyed for the first post only, plus topic_destroyed.
     # Each event carries its own body (deleted_at set, then cleared), as Discourse sends them.
