@@ -5,7 +5,7 @@ site, ``max_admin_api_reqs_per_minute`` (60 by default, ``DISCOURSE_MAX_ADMIN_AP
 ``app.yml``), whatever the route (``lib/auth/default_current_user_provider.rb``): citebot's answers,
 flag reads, poller, index refresh and API backfill share it with every other integration of the forum.
 citebot spends ``discourse.api_requests_per_minute`` of it, in bursts of at most ``api_burst``, so that
-in any minute it sends at most rate + burst requests (40 + 10 by default: 50 of 60).
+in any minute it sends at most rate + burst requests (40 + 12 by default: 52 of 60).
 
 Priorities: a caller takes a token only while more than its floor remain. ``answer`` (a member is
 waiting; the flags an answer reads) has floor 0, ``background`` (poller, index refresh) keeps

@@ -53,9 +53,9 @@ class DiscourseSettings(BaseModel):
     api_requests_per_minute: float = Field(
         40.0, gt=0, description="citebot's share of it, for every process and caller together (Redis)."
     )
-    api_burst: int = Field(10, ge=1, description="Requests citebot may send at once after a quiet spell.")
+    api_burst: int = Field(12, ge=1, description="Requests citebot may send at once after a quiet spell.")
     api_reserve: int = Field(
-        3, ge=0, description="Tokens index refresh and poller leave for answers (the API backfill: twice)."
+        5, ge=0, description="Tokens index refresh and poller leave for answers (the API backfill: twice)."
     )
     api_max_wait_s: float = Field(
         30.0, gt=0, description="Longest wait for the budget before a job is retried later instead."

@@ -8,7 +8,7 @@ Two phases in one run:
    ``--questions`` questions asked one after the other: the latency of each answer and the API
    requests it cost (the forum's request log, requests with the API key);
 2. **budget**: the forum at Discourse's default (60 requests a minute for the whole site), citebot at
-   its defaults (40 a minute, bursts of 10, 3 kept for answers; workers restarted with them), an API
+   its defaults (40 a minute, bursts of 12, 5 kept for answers; workers restarted with them), an API
    backfill (``citebot backfill --source api``) running, and the same number of questions asked
    beside it. Reported: the latency of each answer, the requests the forum saw in the busiest minute,
    the 429s it answered.
@@ -34,8 +34,8 @@ from eval.stack.procs import CITEBOT
 DEFAULT_BUDGET = {
     "CITEBOT_DISCOURSE__SITE_API_LIMIT_PER_MINUTE": "60",
     "CITEBOT_DISCOURSE__API_REQUESTS_PER_MINUTE": "40",
-    "CITEBOT_DISCOURSE__API_BURST": "10",
-    "CITEBOT_DISCOURSE__API_RESERVE": "3",
+    "CITEBOT_DISCOURSE__API_BURST": "12",
+    "CITEBOT_DISCOURSE__API_RESERVE": "5",
 }
 
 
@@ -124,7 +124,7 @@ def run(stack: SoakStack, questions: int, spacing: float) -> dict[str, Any]:
         "rate_limited_429": sum(1 for c in busy_calls if c[2] == 429),
         "backfill_still_running": still_running,
         "forum_limit_per_min": 60,
-        "citebot_budget_per_min": "40 + burst 10",
+        "citebot_budget_per_min": "40 + burst 12, reserve 5",
     }
 
 
