@@ -110,7 +110,12 @@ def run(stack: SoakStack, questions: int, spacing: float) -> dict[str, Any]:
     finally:
         work.close()
     answer_calls = [c for c in busy_calls if _answer_route(c)]
+    by_route: dict[str, int] = {}
+    for c in free_calls:
+        route = f"{c[3]} {_route_name(c[4])}"
+        by_route[route] = by_route.get(route, 0) + 1
     return {
+        "calls_by_route_no_budget": dict(sorted(by_route.items(), key=lambda kv: -kv[1])),
         "questions_per_phase": questions,
         "p50_s_no_budget": statistics.median(free),
         "p50_s_budget": statistics.median(paced),
@@ -173,6 +178,11 @@ def peak_per_window(calls: list[list[Any]], window_s: float) -> int:
             lo += 1
         best = max(best, hi - lo + 1)
     return best
+
+
+def _route_name(path: str) -> str:
+    """``/posts/45678.json`` → ``/posts/{id}.json``: the route, without ids."""
+    return "/".join("{id}" if part.split(".")[0].isdigit() else part for part in path.split("/"))
 
 
 def _answer_route(call: list[Any]) -> bool:

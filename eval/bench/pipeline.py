@@ -31,7 +31,7 @@ from eval.evaluation.datasets import URHO3D
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
 from eval.stack.forum.text import html_to_text
-from eval.stack.forum.thread import ForumThread
+from eval.stack.forum.thread import LIFTED_BUDGET, ForumThread
 from eval.stack.modelserver.models import BiEncoderScorer, Calibration, EmbeddingModel
 from eval.stack.modelserver.server import ModelServerThread, load_models
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
@@ -167,7 +167,12 @@ def main(argv: list[str]) -> int:
                 "database": {"url": index_db},
                 "embeddings": {"provider": "tei", "base_url": model_url},
                 "reranker": {"base_url": model_url},
-                "discourse": {"base_url": forum_url, "api_key": "local-forum-key", "api_username": "system"},
+                "discourse": {
+                    "base_url": forum_url,
+                    "api_key": "local-forum-key",
+                    "api_username": "system",
+                    **LIFTED_BUDGET,
+                },
             }
         )
         migrate(settings)

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from eval.stack.forum.thread import ForumThread
+from eval.stack.forum.thread import LIFTED_BUDGET, ForumThread
 from worker.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,7 @@ class EmbeddedStack:
                         "base_url": forum_url,
                         "api_key": "local-forum-key",
                         "api_username": "system",
+                        **LIFTED_BUDGET,
                     },
                 }
             )
