@@ -115,6 +115,8 @@ class Demo:
         # Hex: a urlsafe token may start with "-". Secrets reach child processes through the
         # environment (see _env), never argv, where `ps` would show them.
         self.api_key = secrets.token_hex(24)
+        # The member's browser session: Discourse does not count it against the admin-API limit.
+        self.session_key = secrets.token_hex(24)
         self.webhook_secret = secrets.token_hex(24)
         self.ports = {name: free_port() for name in ("models", "forum", "webhook")}
         self.forum_url = f"http://127.0.0.1:{self.ports['forum']}"
@@ -254,6 +256,7 @@ class Demo:
             # The local scorer on a shared 2-core machine can take a few seconds under load.
             "CITEBOT_RERANKER__TIMEOUT_S": "20",
             "CITEBOT_FLAGS__CACHE_TTL_S": "5",
+            "LOCAL_FORUM_SESSION_KEY": self.session_key,
         } | {k: v for k, v in os.environ.items() if k.startswith("CITEBOT_LLM__")}
 
     # -- ask and show ------------------------------------------------------------------------------------
@@ -262,7 +265,7 @@ class Demo:
         step = self.steps.step
         results: dict[str, tuple[Question, Reply]] = {}
         with httpx.Client(timeout=10) as http:
-            member = ForumMember(http, self.forum_url, self.api_key, MEMBER)
+            member = ForumMember(http, self.forum_url, self.session_key, MEMBER)
             with step(f"a member (@{MEMBER}) asks two questions on the forum; waiting for the bot's replies"):
                 member.join()
                 asked = [member.ask(q) for q in QUESTIONS]

@@ -104,7 +104,8 @@ def test_429_is_retried_after_the_servers_wait() -> None:
     fake.throttle_next = 1
     source = make_source(fake, sleeps)
     assert source.restricted_categories() == frozenset({5})
-    assert sum(sleeps) == pytest.approx(3.0, abs=0.1)  # the server's wait, through the shared budget
+    # The server's wait (through the shared budget), then the bucket refills from empty to the floor.
+    assert 3.0 <= sum(sleeps) < 3.5
 
 
 def test_auth_failure_is_permanent() -> None:
