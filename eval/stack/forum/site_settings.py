@@ -3,7 +3,7 @@
 Discourse answers ``GET /admin/site_settings.json`` with every visible setting (about 470 on a current
 install) unless ``plugin=<name>`` (the name in the plugin's ``plugin.rb``) or ``categories=<a,b>`` narrows
 it; any other parameter, ``filter`` included, is ignored. The forum declares the companion plugin's
-five flags under plugin ``citebot`` (as ``deploy/discourse-plugin/plugin.rb`` names it), a few core
+flags under plugin ``citebot`` (as ``deploy/discourse-plugin/plugin.rb`` names it), a few core
 settings whose behaviour it implements (``suppress_reply_when_quoting``), and stand-ins for the rest of
 core so that an unfiltered read is as large as Discourse's.
 """
@@ -12,21 +12,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from worker.flags import SETTING_NAMES
+
 PLUGIN_NAME = "citebot"
 CORE_SETTINGS_COUNT = 470
 
 # (name, type, default, category, plugin, description)
 Setting = tuple[str, str, str, str, str | None, str]
 
+# One line per flag of ``worker.flags``; a flag added there and not here fails at import, so the double
+# can never 404 on a flag the worker reads (the plugin's settings.yml is held to the same list by a test).
+_FLAG_DESCRIPTIONS = {
+    "citebot_enabled": "Let citebot answer members who mention it.",
+    "citebot_posts_pipeline": "Post-grain retrieval (pgvector + keyword fusion).",
+    "citebot_input_gate": "Deterministic intent gate before retrieval.",
+    "citebot_rerank": "Cross-encoder rerank and evidence zones.",
+    "citebot_post_links": "Cite posts (/t/slug/id/n) instead of topics.",
+    "citebot_intent_layer": "After the rules, judge the question's embedding against labelled exemplars.",
+}
+if set(_FLAG_DESCRIPTIONS) != set(SETTING_NAMES):
+    raise RuntimeError(f"forum double: flags {sorted(set(SETTING_NAMES) ^ set(_FLAG_DESCRIPTIONS))} differ")
+
 CITEBOT_SETTINGS: tuple[Setting, ...] = tuple(
-    (name, "bool", "false", "plugins", PLUGIN_NAME, description)
-    for name, description in (
-        ("citebot_enabled", "Let citebot answer members who mention it."),
-        ("citebot_posts_pipeline", "Post-grain retrieval (pgvector + keyword fusion)."),
-        ("citebot_input_gate", "Deterministic intent gate before retrieval."),
-        ("citebot_rerank", "Cross-encoder rerank and evidence zones."),
-        ("citebot_post_links", "Cite posts (/t/slug/id/n) instead of topics."),
-    )
+    (name, "bool", "false", "plugins", PLUGIN_NAME, _FLAG_DESCRIPTIONS[name]) for name in SETTING_NAMES
 )
 
 _CORE_NAMED: tuple[Setting, ...] = (
