@@ -25,6 +25,7 @@ import psycopg
 
 from backfill.compose import bot_authors
 from backfill.embedding import embed_with_retry
+from backfill.evidence import REPLY_WINDOW
 from backfill.prepare import PreparedPost, Preparer, Truncator
 from backfill.sources import SourcePost
 from backfill.store import IndexStore
@@ -81,7 +82,22 @@ def _context(conn: psycopg.Connection, category_id: int | None) -> tuple[str | N
 
 
 def to_source_post(post: ForumPost, topic: ForumTopic, category_name: str | None) -> SourcePost:
-    """A forum post (and its topic) in the backfill's shape."""
+    """A forum post (and its topic) in the backfill's shape.
+
+    A first post carries the topic's other posts that ``topic.posts`` holds (the first page of the
+    stream), so ``backfill.evidence`` can tell an open question; with no posts loaded it cannot tell.
+    """
+    replies: tuple[SourcePost, ...] | None = None
+    if post.post_number == 1 and topic.posts:
+        replies = tuple(
+            _source(p, topic, category_name, None) for p in topic.posts[:REPLY_WINDOW] if p.id != post.id
+        )
+    return _source(post, topic, category_name, replies)
+
+
+def _source(
+    post: ForumPost, topic: ForumTopic, category_name: str | None, replies: tuple[SourcePost, ...] | None
+) -> SourcePost:
     return SourcePost(
         post_id=post.id,
         topic_id=topic.id,
@@ -102,6 +118,8 @@ def to_source_post(post: ForumPost, topic: ForumTopic, category_name: str | None
         username=post.username,
         updated_at=post.updated_at,
         reply_to_post_number=post.reply_to_post_number,
+        reply_to_username=post.reply_to_username,
+        replies=replies,
     )
 
 
@@ -113,15 +131,28 @@ def _embed_and_write(deps: IndexDeps, store: IndexStore, changed: list[PreparedP
 
 
 def remove_post(deps: Any, post_id: int) -> bool:
-    """Drop one post from the index; True when it was there."""
+    """Drop one post from the index; True when it was there.
+
+    The topic's first post is checked again afterwards: it may have lost its only answer.
+    """
     with _resolve(deps) as d:
-        removed = IndexStore(d.conn, d.embedder.model).delete_posts([post_id]) > 0
+        check_index_meta(d.conn, d.embedder.model, d.embedder.dimension)
+        d.conn.rollback()
+        store = IndexStore(d.conn, d.embedder.model)
+        topic_id = store.topic_of(post_id)
+        removed = store.delete_posts([post_id]) > 0
+        if topic_id is not None:
+            _recheck_first_post(d, store, topic_id, post_id)
     log.info("post removed from the index" if removed else "post was not indexed", extra={"post_id": post_id})
     return removed
 
 
 def refresh_post(deps: Any, post_id: int, event: str = "post_edited") -> str:
-    """Bring one post's row up to date: ``embedded``, ``unchanged``, ``removed`` or ``absent``."""
+    """Bring one post's row up to date: ``embedded``, ``unchanged``, ``removed`` or ``absent``.
+
+    A reply can turn its topic's first post from an open question into the context of an answer (or
+    back, when it is edited or goes): the first post is checked again with it (``backfill.evidence``).
+    """
     if event in REMOVING_EVENTS:
         return "removed" if remove_post(deps, post_id) else "absent"
     with _resolve(deps) as d:
@@ -132,19 +163,47 @@ def refresh_post(deps: Any, post_id: int, event: str = "post_edited") -> str:
             post = d.forum.get_post(post_id)
             topic = d.forum.get_topic(post.topic_id)
         except NotFoundError:
+            topic_id = store.topic_of(post_id)
             gone = store.delete_posts([post_id])
+            if topic_id is not None:
+                _recheck_first_post(d, store, topic_id, post_id)
             return "removed" if gone else "absent"
         name, restricted = _context(d.conn, topic.category_id)
-        prepared = _preparer(d).prepare(to_source_post(post, topic, name), restricted)
-        if isinstance(prepared, str):
-            gone = store.delete_posts([post_id])
-            log.info("post not eligible (%s)", prepared, extra={"post_id": post_id})
-            return "removed" if gone else "absent"
-        if store.digests_of([post_id]).get(post_id) == prepared.digest:
-            return "unchanged"
-        _embed_and_write(d, store, [prepared])
-    log.info("post re-embedded", extra={"post_id": post_id, "event": event})
+        outcome = _write_one(d, store, to_source_post(post, topic, name), restricted)
+        if post.post_number != 1:
+            first = next((p for p in topic.posts if p.post_number == 1), None)
+            if first is not None:
+                _write_one(d, store, to_source_post(first, topic, name), restricted)
+    if outcome == "embedded":
+        log.info("post re-embedded", extra={"post_id": post_id, "event": event})
+    return outcome
+
+
+def _write_one(d: IndexDeps, store: IndexStore, source: SourcePost, restricted: frozenset[int]) -> str:
+    """Index, keep or remove one post as evidence decides: ``embedded``, ``unchanged``, ``removed``,
+    ``absent``."""
+    prepared = _preparer(d).prepare(source, restricted)
+    if isinstance(prepared, str):
+        gone = store.delete_posts([source.post_id])
+        log.info("post not indexed (%s)", prepared, extra={"post_id": source.post_id})
+        return "removed" if gone else "absent"
+    if store.digests_of([source.post_id]).get(source.post_id) == prepared.digest:
+        return "unchanged"
+    _embed_and_write(d, store, [prepared])
     return "embedded"
+
+
+def _recheck_first_post(d: IndexDeps, store: IndexStore, topic_id: int, gone: int) -> None:
+    """Decide the topic's first post again after post ``gone`` left the index (it may have been the
+    only answer); nothing to do when ``gone`` was the first post itself."""
+    try:
+        topic = d.forum.get_topic(topic_id)
+    except NotFoundError:
+        return
+    first = next((p for p in topic.posts if p.post_number == 1), None)
+    if first is not None and first.id != gone:
+        name, restricted = _context(d.conn, topic.category_id)
+        _write_one(d, store, to_source_post(first, topic, name), restricted)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""Per-post text preparation: eligibility, the embedded text, its truncation and its digest.
+"""Per-post text preparation: eligibility (``backfill.evidence``), the embedded text, its truncation
+and its digest.
 
 Text = topic title, category, tags, then the post's own text (``html_text.html_to_text``), cut to the
 model's max sequence length in tokens. The digest of (strategy, model, text) decides whether a post must
@@ -12,6 +13,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from backfill.evidence import ineligibility
 from backfill.sources import SourcePost
 from worker.html_text import html_to_text
 
@@ -31,33 +33,6 @@ class PreparedPost:
     post: SourcePost
     text: str
     digest: bytes
-
-
-def ineligibility(
-    post: SourcePost, restricted: Collection[int] = (), excluded_authors: Collection[str] = ()
-) -> str | None:
-    """Why the post must not be in the index, or None when it may be (the recall filter of docs/retrieval.md).
-
-    ``excluded_authors`` (lower-case usernames: the bot itself) are never indexed, so the bot never
-    cites its own earlier replies — or its own "I don't know" — as forum evidence.
-    """
-    if post.username is not None and post.username.lower() in excluded_authors:
-        return "bot_author"
-    if post.post_type != 1:
-        return "post_type"
-    if post.deleted or post.user_deleted:
-        return "deleted"
-    if post.hidden:
-        return "hidden"
-    if post.archetype != "regular":
-        return "private_message"
-    if post.topic_deleted:
-        return "topic_deleted"
-    if not post.topic_visible:
-        return "unlisted"
-    if post.category_read_restricted or (post.category_id is not None and post.category_id in restricted):
-        return "restricted"
-    return None
 
 
 class Truncator:

@@ -250,6 +250,14 @@ class IndexStore:
             ).fetchall()
         return {int(r[0]): bytes(r[1]) for r in rows}
 
+    def topic_of(self, post_id: int) -> int | None:
+        """The topic of an indexed post, or None when the post is not indexed."""
+        with self.conn.transaction():
+            row = self.conn.execute(
+                "SELECT topic_id FROM post_index WHERE post_id = %s", (post_id,)
+            ).fetchone()
+        return int(row[0]) if row else None
+
     def delete_topic_except(self, topic_id: int, keep: Iterable[int]) -> int:
         """Remove the topic's indexed posts that are not in ``keep``."""
         with self.conn.transaction():

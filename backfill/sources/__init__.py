@@ -40,6 +40,10 @@ class SourcePost:
     username: str | None = None
     updated_at: str | None = None
     reply_to_post_number: int | None = None
+    reply_to_username: str | None = None
+    # A first post's topic siblings, to tell an open question from an answered one (backfill.evidence);
+    # None when the source cannot tell.
+    replies: tuple[SourcePost, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

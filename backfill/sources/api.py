@@ -19,8 +19,9 @@ from typing import Any
 
 import httpx
 
+from backfill.evidence import REPLY_WINDOW
 from backfill.sources import SourceBatch, SourcePost
-from backfill.sources.discourse_json import source_post
+from backfill.sources.discourse_json import source_post, stream_replies
 from worker.budget import ApiBudget
 from worker.clients import http as outbound
 from worker.errors import RateLimitedError, ServiceUnavailableError, TransientError
@@ -91,8 +92,15 @@ class ApiSource:
         name, restricted = (
             self._site_categories().get(int(category_id), (None, False)) if category_id else (None, False)
         )
+        first = int(p["post_number"]) == 1
         return source_post(
-            p, topic, category_id=category_id, category_name=name, restricted=restricted, raw=p.get("raw")
+            p,
+            topic,
+            category_id=category_id,
+            category_name=name,
+            restricted=restricted,
+            raw=p.get("raw"),
+            replies=stream_replies(topic, int(p["id"])) if first else None,
         )
 
     def _topic(self, topic_id: int) -> dict[str, Any]:
@@ -103,6 +111,10 @@ class ApiSource:
                 k: data.get(k)
                 for k in ("id", "title", "slug", "category_id", "archetype", "visible", "deleted_at", "tags")
             }
+            # The first page of the stream: whether the first post is an open question (backfill.evidence).
+            stream = data.get("post_stream")
+            if isinstance(stream, dict) and isinstance(stream.get("posts"), list):
+                topic["post_stream"] = {"posts": stream["posts"][:REPLY_WINDOW]}
             self._topics[topic_id] = topic
             if len(self._topics) > 1024:
                 self._topics.popitem(last=False)

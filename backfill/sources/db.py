@@ -1,7 +1,7 @@
 """Posts from a read-only Discourse PostgreSQL replica.
 
 Keyset pagination by ``posts.id`` (``WHERE p.id > %s ORDER BY p.id LIMIT n``: constant cost per page,
-unlike OFFSET). Eligibility is decided in SQL (the same rule as ``backfill.prepare.ineligibility``): the
+unlike OFFSET). Eligibility is decided in SQL (the same rule as ``backfill.evidence.ineligibility``): the
 text columns and the tag list are fetched for eligible posts only, while every post of the range comes
 back with its flags so the pipeline removes the ineligible ones from the index. The connection is
 read-only (``default_transaction_read_only``) and only reads the columns docs/backfill.md lists.
@@ -10,11 +10,13 @@ read-only (``default_transaction_read_only``) and only reads the columns docs/ba
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
+from backfill.evidence import REPLY_WINDOW
 from backfill.sources import SourceBatch, SourcePost
 from worker.db.connect import first_line
 from worker.errors import ConfigError, ServiceUnavailableError
@@ -36,16 +38,33 @@ SELECT p.id, p.topic_id, p.post_number, COALESCE(t.slug, ''), COALESCE(t.title, 
        p.post_type, p.hidden, p.deleted_at IS NOT NULL, p.user_deleted,
        COALESCE(t.archetype, 'regular'), COALESCE(t.visible, false), t.id IS NULL OR t.deleted_at IS NOT NULL,
        COALESCE(c.read_restricted, false) OR COALESCE(pc.read_restricted, false),
-       u.username, p.updated_at, p.reply_to_post_number
+       u.username, p.updated_at, p.reply_to_post_number, ru.username
 FROM posts p
 LEFT JOIN topics t ON t.id = p.topic_id
 LEFT JOIN categories c ON c.id = t.category_id
 LEFT JOIN categories pc ON pc.id = c.parent_category_id
 LEFT JOIN users u ON u.id = p.user_id
+LEFT JOIN posts rp ON rp.topic_id = p.topic_id AND rp.post_number = p.reply_to_post_number
+LEFT JOIN users ru ON ru.id = rp.user_id
 CROSS JOIN LATERAL (SELECT {ELIGIBLE_SQL} AS eligible) e
 WHERE p.id > %s
 ORDER BY p.id
 LIMIT %s
+"""  # noqa: S608
+
+# The first replies of each topic whose first post is on the page (backfill.evidence: open question or
+# answered). Columns are those of PAGE_SQL that evidence reads; one page of the stream per topic.
+REPLIES_SQL = f"""
+SELECT r.topic_id, r.id, r.post_number, r.cooked, r.post_type, r.hidden, r.deleted_at IS NOT NULL,
+       r.user_deleted, u.username, ru.username
+FROM unnest(%s::bigint[]) AS q(topic_id)
+CROSS JOIN LATERAL (
+    SELECT * FROM posts x WHERE x.topic_id = q.topic_id AND x.post_number > 1
+    ORDER BY x.post_number LIMIT {REPLY_WINDOW - 1}
+) r
+LEFT JOIN users u ON u.id = r.user_id
+LEFT JOIN posts rp ON rp.topic_id = r.topic_id AND rp.post_number = r.reply_to_post_number
+LEFT JOIN users ru ON ru.id = rp.user_id
 """  # noqa: S608
 
 
@@ -97,12 +116,42 @@ class DbSource:
             rows = self._connection().execute(PAGE_SQL, (after, batch_size)).fetchall()
             if not rows:
                 return
-            posts = tuple(_post(r) for r in rows)
+            posts = self._with_replies(tuple(_post(r) for r in rows))
             hi = posts[-1].post_id
             yield SourceBatch(posts, after + 1, hi, hi)
             after = hi
             if len(rows) < batch_size:
                 return
+
+    def _with_replies(self, posts: tuple[SourcePost, ...]) -> tuple[SourcePost, ...]:
+        """Give each first post the first replies of its topic (one query per page)."""
+        topics = sorted({p.topic_id for p in posts if p.post_number == 1})
+        if not topics:
+            return posts
+        replies: dict[int, list[SourcePost]] = {t: [] for t in topics}
+        for r in self._connection().execute(REPLIES_SQL, (topics,)).fetchall():
+            replies[int(r[0])].append(
+                SourcePost(
+                    post_id=int(r[1]),
+                    topic_id=int(r[0]),
+                    post_number=int(r[2]),
+                    topic_slug="",
+                    topic_title="",
+                    category_id=None,
+                    category_name=None,
+                    tags=(),
+                    cooked=r[3] or "",
+                    post_type=int(r[4]),
+                    hidden=bool(r[5]),
+                    deleted=bool(r[6]),
+                    user_deleted=bool(r[7]),
+                    username=r[8],
+                    reply_to_username=r[9],
+                )
+            )
+        return tuple(
+            replace(p, replies=tuple(replies[p.topic_id])) if p.post_number == 1 else p for p in posts
+        )
 
 
 def _iso(value: Any) -> str | None:
@@ -135,4 +184,5 @@ def _post(r: tuple[Any, ...]) -> SourcePost:
         username=r[18],
         updated_at=_iso(r[19]),
         reply_to_post_number=r[20],
+        reply_to_username=r[21],
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from backfill.evidence import REPLY_WINDOW
 from backfill.sources import SourcePost
 
 
@@ -27,8 +28,12 @@ def source_post(
     category_name: str | None,
     restricted: bool,
     raw: str | None,
+    replies: tuple[SourcePost, ...] | None = None,
 ) -> SourcePost:
-    """One post of ``topic`` as the backfill sees it; the post's own topic fields win when present."""
+    """One post of ``topic`` as the backfill sees it; the post's own topic fields win when present.
+
+    ``replies``: for a first post, the topic's other posts (``stream_replies``), or None when unknown.
+    """
     return SourcePost(
         post_id=int(p["id"]),
         topic_id=int(p.get("topic_id") or topic["id"]),
@@ -51,4 +56,47 @@ def source_post(
         username=p.get("username"),
         updated_at=p.get("updated_at"),
         reply_to_post_number=p.get("reply_to_post_number"),
+        reply_to_username=_reply_to_username(p),
+        replies=replies,
     )
+
+
+def _reply_to_username(p: Mapping[str, Any]) -> str | None:
+    user = p.get("reply_to_user")
+    name = user.get("username") if isinstance(user, Mapping) else None
+    return str(name) if name else None
+
+
+def stream_replies(topic: Mapping[str, Any], post_id: int) -> tuple[SourcePost, ...] | None:
+    """The topic's other posts of its first stream page, as far as evidence needs them (author, type,
+    state, addressing): what ``backfill.evidence`` reads to tell an open question from an answered one.
+    None when the topic JSON has no post stream (cannot tell)."""
+    stream = topic.get("post_stream")
+    if not isinstance(stream, Mapping) or not isinstance(stream.get("posts"), list):
+        return None
+    posts = stream["posts"]
+    out = []
+    for p in posts[:REPLY_WINDOW]:
+        if int(p["id"]) == post_id:
+            continue
+        out.append(
+            SourcePost(
+                post_id=int(p["id"]),
+                topic_id=int(p.get("topic_id") or topic["id"]),
+                post_number=int(p["post_number"]),
+                topic_slug="",
+                topic_title="",
+                category_id=None,
+                category_name=None,
+                tags=(),
+                cooked=str(p.get("cooked") or ""),
+                raw=p.get("raw"),
+                post_type=int(p.get("post_type") or 1),
+                hidden=bool(p.get("hidden")),
+                deleted=p.get("deleted_at") is not None,
+                user_deleted=bool(p.get("user_deleted")),
+                username=p.get("username"),
+                reply_to_username=_reply_to_username(p),
+            )
+        )
+    return tuple(out)

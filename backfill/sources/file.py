@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from backfill.sources import SourceBatch, SourcePost
-from backfill.sources.discourse_json import source_post
+from backfill.sources.discourse_json import source_post, stream_replies
 from worker.errors import ConfigError
 
 _RAW_SPLIT = re.compile(r"\n-{10,}\n")
@@ -103,6 +103,7 @@ class FileSource:
             category_name=name,
             restricted=restricted,
             raw=topic["_raw"].get(int(p["post_number"])),
+            replies=stream_replies(topic, post_id) if int(p["post_number"]) == 1 else None,
         )
 
     def _load_raw(self, topic_id: int) -> dict[int, str]:

@@ -64,7 +64,9 @@ class FakeDiscourse:
             ids = sorted((i for i in self.posts if i < before), reverse=True)[:4]
             return httpx.Response(200, json={"latest_posts": [self.posts[i] for i in ids]})
         if path.startswith("/t/"):
-            return httpx.Response(200, json=TOPICS[int(path[3:].removesuffix(".json"))])
+            tid = int(path[3:].removesuffix(".json"))
+            stream = [p for _i, p in sorted(self.posts.items()) if p["topic_id"] == tid][:20]
+            return httpx.Response(200, json={**TOPICS[tid], "post_stream": {"posts": stream}})
         return httpx.Response(404, json={"errors": ["not found"], "error_type": "not_found"})
 
 

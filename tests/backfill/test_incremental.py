@@ -112,6 +112,7 @@ def test_edited_post_is_re_embedded(world: World, db_url: str) -> None:
 
 def test_destroyed_hidden_and_vanished_posts_are_removed(world: World, db_url: str) -> None:
     forum, embedder, deps = world
+    forum.edit_post(101, deleted=True)  # what Discourse does before it sends post_destroyed
     assert refresh_post(deps, 101, "post_destroyed") == "removed"
     forum.edit_post(102, hidden=True)
     assert refresh_post(deps, 102, "post_edited") == "removed"
@@ -154,3 +155,32 @@ def test_another_model_is_refused(world: World, db_url: str) -> None:
     other = dataclasses.replace(deps, embedder=NullEmbedder(8, model="other"))
     with pytest.raises(IndexMismatchError):
         refresh_post(other, 101, "post_edited")
+
+
+def test_an_open_question_enters_the_index_with_its_first_answer_and_leaves_with_it(
+    world: World, db_url: str
+) -> None:
+    forum, _embedder, base = world
+    deps = dataclasses.replace(base, excluded_authors=("citebot",))
+    question = ForumPost(id=301, topic_id=3, post_number=1, username="bo", user_id=2,
+                         cooked="<p>What is the best recipe for sourdough bread?</p>",
+                         updated_at="2024-01-01T00:00:00+00:00")  # fmt: skip
+    forum.topics[3] = ForumTopic(id=3, title="Sourdough bread", slug="sourdough", category_id=10,
+                                 posts=(question,))  # fmt: skip
+    assert refresh_post(deps, 301, "post_created") == "absent"  # nobody answered: not evidence
+    bot = ForumPost(id=302, topic_id=3, post_number=2, username="citebot", user_id=9,
+                    cooked="<p>I don't know.</p>", reply_to_post_number=1)  # fmt: skip
+    asker = ForumPost(id=303, topic_id=3, post_number=3, username="cy", user_id=3,
+                      raw="@citebot any idea?", cooked="<p>@citebot any idea?</p>")  # fmt: skip
+    forum.topics[3] = dataclasses.replace(forum.topics[3], posts=(question, bot, asker))
+    assert refresh_post(deps, 302, "post_created") == "absent"
+    assert refresh_post(deps, 303, "post_created") == "absent"
+    assert 301 not in rows(db_url)  # the bot's reply and a question to the bot answer nothing
+    answer = ForumPost(id=304, topic_id=3, post_number=4, username="al", user_id=1,
+                       cooked="<p>Feed the starter twice a day.</p>")  # fmt: skip
+    forum.topics[3] = dataclasses.replace(forum.topics[3], posts=(question, bot, asker, answer))
+    assert refresh_post(deps, 304, "post_created") == "embedded"
+    assert {301, 304} <= set(rows(db_url))  # answered: the question is the context of its answer
+    forum.edit_post(304, deleted=True)
+    assert refresh_post(deps, 304, "post_destroyed") == "removed"
+    assert not {301, 302, 303, 304} & set(rows(db_url))  # open again

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from backfill.prepare import Preparer, Truncator, compose_text, digest, ineligibility
+from backfill.evidence import ineligibility
+from backfill.prepare import Preparer, Truncator, compose_text, digest
 from tests.backfill.conftest import make_post
 from worker.html_text import CODE_BLOCK_CHARS, html_to_text
 

@@ -132,13 +132,38 @@ class Stack:
             ).fetchall()
         return [int(r[0]) for r in rows]
 
+    def is_indexed(self, post_id: int) -> bool:
+        with psycopg.connect(self.db_url) as conn:
+            row = conn.execute("SELECT 1 FROM post_index WHERE post_id = %s", (post_id,)).fetchone()
+        return row is not None
+
+    def open_topic(self, username: str, title: str, raw: str) -> int:
+        """A new topic; its first post's id."""
+        r = self.http.post(
+            f"{self.forum_url}/posts.json",
+            headers={"Api-Key": SESSION, "Api-Username": username},
+            json={"title": title, "raw": raw},
+        )
+        r.raise_for_status()
+        return int(r.json()["id"])
+
+    def topic_of(self, post_id: int) -> int:
+        r = self.http.get(
+            f"{self.forum_url}/posts/{post_id}.json", headers={"Api-Key": SESSION, "Api-Username": "system"}
+        )
+        r.raise_for_status()
+        return int(r.json()["topic_id"])
+
     def row(self, post_id: int) -> dict[str, Any] | None:
         with psycopg.connect(self.db_url) as conn:
             cur = conn.execute(
-                "SELECT state, zone, trace, reply_post_id FROM answers WHERE post_id = %s", (post_id,)
+                "SELECT state, zone, trace, reply_post_id, sources FROM answers WHERE post_id = %s",
+                (post_id,),
             )
             r = cur.fetchone()
-        return None if r is None else {"state": r[0], "zone": r[1], "trace": r[2], "reply_post_id": r[3]}
+        if r is None:
+            return None
+        return {"state": r[0], "zone": r[1], "trace": r[2], "reply_post_id": r[3], "sources": r[4]}
 
 
 def wait_for(condition: Callable[[], Any], timeout_s: float = 45.0, what: str = "condition") -> Any:

@@ -107,3 +107,24 @@ def test_worker_killed_between_generation_and_posting_still_one_reply(stack: Sta
         f"{stack.forum_url}/posts/{post_id}.json", headers={"Api-Key": SESSION, "Api-Username": "system"}
     ).json()["post_number"]
     assert len(stack.bot_replies(12, number)) == 1
+
+
+def test_a_question_never_becomes_the_evidence_of_the_next_same_question(stack: Stack) -> None:
+    question = "What is the best recipe for sourdough bread? Mine never rises."
+    # An open question (nobody answered it yet), then the same asked of the bot twice.
+    open_q = stack.open_topic("alice", "Sourdough bread that never rises", question)
+    first = stack.open_topic("bob", "Best recipe for sourdough bread", "@citebot " + question)
+    first_row = wait_for(lambda: (r := stack.row(first)) and r["state"] == "posted" and r, what="posted")
+    # Index refreshes run in order on the index queue: once a later post is indexed, the earlier
+    # post_created events (both questions, the bot's reply) have been handled.
+    later = stack.ask("dave", 12, "The precision qualifier fixed the shader on my Android phone too.")
+    wait_for(lambda: stack.is_indexed(later), what="later post indexed")
+    second = stack.open_topic("carol", "Sourdough bread recipe wanted", "@citebot " + question)
+    row = wait_for(lambda: (r := stack.row(second)) and r["state"] == "posted" and r, what="posted")
+    cited = {s["post_id"] for s in row["sources"]} | {s["post_id"] for s in first_row["sources"]}
+    assert not {open_q, first} & cited, row["sources"]
+    bot_posts = {first_row["reply_post_id"], row["reply_post_id"]}
+    assert not any(stack.is_indexed(p) for p in {open_q, first, second, *bot_posts})
+    # Once a member answers the open question, it stays in the index as the context of its answer.
+    answer = stack.ask("dave", stack.topic_of(open_q), "Feed the starter twice a day and bake it at 250 C.")
+    wait_for(lambda: stack.is_indexed(answer) and stack.is_indexed(open_q), what="answered topic indexed")

@@ -389,7 +389,12 @@ class Retriever:
         return result
 
     def _hydrate(self, fused: list[Candidate], trace: Trace) -> list[Candidate]:
-        """Give keyword-only hits their indexed text; drop those in a category restricted now."""
+        """Give keyword-only hits their indexed text; drop those the index does not hold as evidence.
+
+        The index decides what is evidence (``backfill.evidence``): Discourse's search also finds the
+        bot's replies, members' questions to the bot and open questions, which must not be cited. A hit
+        the index lacks is dropped (a post created seconds ago is indexed by its webhook event).
+        """
         index = self.index
         if index is None:
             return fused
@@ -398,18 +403,15 @@ class Retriever:
             return fused
         with trace.stage("hydrate") as st:
             indexed = index.posts(only_keyword)
-            missing = [pid for pid in only_keyword if pid not in indexed]
-            restricted = index.restricted_categories() if missing else frozenset()
             out = []
-            dropped = 0
             for cand in fused:
-                if cand.vector_rank is None and cand.post_id in indexed:
-                    full = indexed[cand.post_id]
-                    out.append(replace(cand, text=full.text, category_id=full.category_id))
-                elif cand.vector_rank is None and cand.category_id in restricted:
-                    dropped += 1
+                if cand.vector_rank is None:
+                    full = indexed.get(cand.post_id)
+                    if full is not None:
+                        out.append(replace(cand, text=full.text, category_id=full.category_id))
                 else:
                     out.append(cand)
+            dropped = len(only_keyword) - len(indexed)
             st.counts = {"keyword_only": len(only_keyword), "indexed": len(indexed), "dropped": dropped}
         return out
 

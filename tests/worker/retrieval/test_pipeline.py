@@ -85,7 +85,9 @@ def test_posts_pipeline_ranks_dedupes_and_numbers_sources(conn: psycopg.Connecti
     json.loads(result.trace.to_json())
 
 
-def test_keyword_hits_are_fused_and_given_their_indexed_text(conn: psycopg.Connection) -> None:
+def test_keyword_hits_are_fused_given_their_indexed_text_and_dropped_when_not_indexed(
+    conn: psycopg.Connection,
+) -> None:
     fill(conn)
     insert_post(conn, 99, angle_vector(179), topic_id=9, text="far away in vector space, found by words")
     conn.execute("INSERT INTO restricted_categories VALUES (77)")
@@ -99,10 +101,13 @@ def test_keyword_hits_are_fused_and_given_their_indexed_text(conn: psycopg.Conne
     ids = [c.post_id for c in result.candidates]
     assert 99 in ids  # recalled by the keyword channel only
     assert 555 not in ids  # a keyword hit in a category restricted now is dropped
-    assert 556 in ids  # not indexed yet, category readable: kept with its blurb
+    # Not in the index (a question to the bot, an open question, the bot's own reply): not evidence.
+    assert 556 not in ids
     by_id = {c.post_id: c for c in result.candidates}
     assert by_id[99].text.endswith("found by words")  # the indexed text replaced the blurb
-    assert by_id[556].text == "blurb of post 556"
+    hydrate = result.trace.get("hydrate")
+    assert hydrate is not None
+    assert hydrate.counts["dropped"] == 2
     # Post 31 is rank 5 in vectors and 2 in keywords: it passes post 12 (rank 2 in vectors only).
     assert by_id[31].fused == pytest.approx(1 / 65 + 1 / 62)
     assert ids.index(31) < ids.index(12)

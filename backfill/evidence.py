@@ -1,0 +1,126 @@
+"""What enters the index as evidence: one rule, used by the bulk backfill and the incremental indexer.
+
+The index holds what the forum *knows*, never what it is asking. A post is left out when:
+
+- its author is the bot (``bot_author``): the bot never cites its own replies, nor its "I don't know";
+- it is addressed to the bot (``addressed_to_bot``): it mentions ``@bot`` outside quotes and code, or it
+  replies to one of the bot's posts. Such a post is a question (or a remark) for the bot, and indexing
+  it made the bot cite a member's question as the answer to the next member who asked the same;
+- it is a topic's first post that no one has answered yet (``open_question``): none of the topic's
+  other posts is evidence by the rules above. Once a reply that is evidence exists, the first post is
+  indexed as the context of its answers (a resolved question stays findable by its wording);
+- it is not public forum content (post type, deleted, hidden, private message, unlisted or deleted
+  topic, read-restricted category).
+
+``SourcePost.replies`` carries the topic's other posts for a first post (the sources read at most the
+first ``REPLY_WINDOW`` of them: one page of Discourse's post stream); ``None`` means the source cannot
+tell, and the first post is then kept, as before this rule. docs/backfill.md has the measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from html.parser import HTMLParser
+
+from backfill.sources import SourcePost
+from worker.addressing import mentions
+
+# One page of Discourse's post stream (``GET /t/{id}.json`` serves the first 20 posts).
+REPLY_WINDOW = 20
+
+
+def ineligibility(
+    post: SourcePost, restricted: Collection[int] = (), excluded_authors: Collection[str] = ()
+) -> str | None:
+    """Why the post must not be in the index, or None when it is evidence.
+
+    ``excluded_authors`` are the bot's lower-case usernames (``backfill.compose.bot_authors``).
+    """
+    reason = _own_ineligibility(post, restricted, excluded_authors)
+    if reason is None and post.post_number == 1 and post.replies is not None:
+        answered = any(
+            _own_ineligibility(r, restricted, excluded_authors) is None
+            for r in post.replies[:REPLY_WINDOW]
+            if r.post_id != post.post_id
+        )
+        if not answered:
+            return "open_question"
+    return reason
+
+
+def _own_ineligibility(
+    post: SourcePost, restricted: Collection[int], excluded_authors: Collection[str]
+) -> str | None:
+    """The rules that look at the post alone (the recall filter of docs/retrieval.md, the bot, addressing)."""
+    if post.username is not None and post.username.lower() in excluded_authors:
+        return "bot_author"
+    if post.post_type != 1:
+        return "post_type"
+    if post.deleted or post.user_deleted:
+        return "deleted"
+    if post.hidden:
+        return "hidden"
+    if post.archetype != "regular":
+        return "private_message"
+    if post.topic_deleted:
+        return "topic_deleted"
+    if not post.topic_visible:
+        return "unlisted"
+    if post.category_read_restricted or (post.category_id is not None and post.category_id in restricted):
+        return "restricted"
+    if excluded_authors and addressed_to(post, excluded_authors):
+        return "addressed_to_bot"
+    return None
+
+
+def addressed_to(post: SourcePost, usernames: Collection[str]) -> bool:
+    """The post mentions one of ``usernames`` (outside quotes and code) or replies to one of their posts.
+
+    The Markdown (``raw``) is read as the webhook reads it (``worker.addressing.mentions``); without it,
+    the cooked HTML's mention links (``a.mention``, which Discourse renders only where it notifies)
+    outside quoted posts and block quotes.
+    """
+    names = {u.lower() for u in usernames}
+    if post.reply_to_username is not None and post.reply_to_username.lower() in names:
+        return True
+    if post.raw:
+        return any(mentions(post.raw, name) for name in names)
+    if "mention" not in post.cooked:
+        return False
+    finder = _MentionFinder()
+    finder.feed(post.cooked)
+    finder.close()
+    return not names.isdisjoint(finder.found)
+
+
+class _MentionFinder(HTMLParser):
+    """Collects the usernames of ``<a class="mention">@name</a>`` outside ``aside`` and ``blockquote``."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: set[str] = set()
+        self._quoted = 0
+        self._in_mention = False
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("aside", "blockquote"):
+            self._quoted += 1
+        elif tag == "a" and not self._quoted:
+            classes = (dict(attrs).get("class") or "").split()
+            if "mention" in classes:
+                self._in_mention = True
+                self._text = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("aside", "blockquote") and self._quoted:
+            self._quoted -= 1
+        elif tag == "a" and self._in_mention:
+            self._in_mention = False
+            text = "".join(self._text).strip()
+            if text.startswith("@"):
+                self.found.add(text[1:].lower())
+
+    def handle_data(self, data: str) -> None:
+        if self._in_mention:
+            self._text.append(data)
