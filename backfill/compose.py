@@ -96,6 +96,7 @@ def run_configured(
     limit: int | None = None,
     page_size: int = 1000,
     progress: bool | None = False,
+    prune: bool = False,
 ) -> Summary:
     """One backfill run built from settings: the CLI's, and the one a scheduled actor would call.
 
@@ -120,6 +121,7 @@ def run_configured(
         max_tokens=settings.embeddings.max_tokens,
         progress=progress,
         excluded_authors=bot_authors(settings),
+        prune=prune,
     )
     try:
         return run_backfill(settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder))

@@ -46,6 +46,7 @@ class BackfillOptions:
     build_index: bool = True  # False leaves a dropped index missing (benchmarks; a later run builds it)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     excluded_authors: tuple[str, ...] = ()  # the bot's own replies are never indexed
+    prune: bool = False  # the range sweep removes any row the source lacks, not only its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +186,7 @@ class _Run:
             cursor=batch.cursor if checkpoint and not partial else None,
             stats={**self.stats(), "seen": self.counts["seen"] + len(batch.posts)},
             fresh=page.fresh and not partial,
+            prune=self.options.prune,
         )
         if partial:
             self.counts.update(embedded=len(ok_posts))

@@ -18,6 +18,7 @@ import psycopg.errors
 from numpy.typing import NDArray
 
 from backfill.prepare import PreparedPost
+from backfill.sources import LIVE_FORUM, owner_of
 
 _COLUMNS = (
     "post_id",
@@ -35,6 +36,7 @@ _COLUMNS = (
     "model",
     "embedding",
     "source_updated_at",
+    "source",
 )
 _TYPES = (
     "int8",
@@ -52,6 +54,7 @@ _TYPES = (
     "text",
     "halfvec",
     "timestamptz",
+    "text",
 )
 _COLS = ", ".join(_COLUMNS)
 _UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS if c != "post_id")
@@ -136,14 +139,19 @@ class IndexStore:
         cursor: int | None,
         stats: Mapping[str, float],
         fresh: bool = False,
+        prune: bool = False,
     ) -> int:
         """Upsert embedded posts, delete what the range no longer holds, checkpoint; return rows removed.
+
+        The source owns every post it read (``owner_of(source_key)``, also for unchanged posts), and the
+        sweep removes only the rows it owns; ``prune`` removes any row of the range the source lacks.
 
         ``fresh``: the index held nothing in [lo, hi] when the page was read, so the rows are COPied
         straight into ``post_index`` (half the writes of staging + upsert); should a webhook have
         indexed one of them meanwhile, the unique violation sends the page through the staging path.
         """
         keep_ids = sorted(set(keep))
+        owner = owner_of(source_key)
         if posts:
             self._ensure_stage()
         with self.conn.transaction():
@@ -154,15 +162,20 @@ class IndexStore:
                 if direct:
                     try:
                         with self.conn.transaction():  # a savepoint
-                            self._copy(posts, vectors, "post_index")
+                            self._copy(posts, vectors, "post_index", owner)
                     except psycopg.errors.UniqueViolation:
                         direct = False
                 if not direct:
-                    self._copy(posts, vectors, "backfill_stage")
+                    self._copy(posts, vectors, "backfill_stage", owner)
                     self.conn.execute(_UPSERT)
+            self.conn.execute(
+                "UPDATE post_index SET source = %s WHERE post_id = ANY(%s::bigint[]) AND source <> %s",
+                (owner, keep_ids, owner),
+            )
             cur = self.conn.execute(
-                "DELETE FROM post_index WHERE post_id BETWEEN %s AND %s AND post_id <> ALL(%s::bigint[])",
-                (lo, hi, keep_ids),
+                "DELETE FROM post_index WHERE post_id BETWEEN %s AND %s AND post_id <> ALL(%s::bigint[])"
+                " AND (%s OR source = %s)",
+                (lo, hi, keep_ids, prune, owner),
             )
             removed = cur.rowcount
             if cursor is not None:
@@ -180,7 +193,9 @@ class IndexStore:
                 )
             self._staged = True
 
-    def _copy(self, posts: Sequence[PreparedPost], vectors: NDArray[np.floating], table: str) -> None:
+    def _copy(
+        self, posts: Sequence[PreparedPost], vectors: NDArray[np.floating], table: str, owner: str
+    ) -> None:
         packed = pack_halfvecs(vectors)
         model = self.model
         if table not in ("post_index", "backfill_stage"):
@@ -206,6 +221,7 @@ class IndexStore:
                         model,
                         vec,
                         parse_ts(p.updated_at),
+                        owner,
                     )
                 )
 
@@ -224,7 +240,7 @@ class IndexStore:
             )
 
     def upsert_rows(self, posts: Sequence[PreparedPost], vectors: NDArray[np.floating]) -> int:
-        """Upsert a few rows with plain INSERTs (the incremental path; no staging, no COPY)."""
+        """Upsert a few rows with plain INSERTs (the incremental path, whose rows the live forum owns)."""
         if not posts:
             return 0
         params = []
@@ -235,7 +251,7 @@ class IndexStore:
                 (
                     p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.category_id,
                     list(p.tags), p.post_type, p.reply_to_post_number, p.username, prepared.text,
-                    prepared.digest, self.model, literal, parse_ts(p.updated_at),
+                    prepared.digest, self.model, literal, parse_ts(p.updated_at), LIVE_FORUM,
                 )
             )  # fmt: skip
         with self.conn.transaction(), self.conn.cursor() as cur:

@@ -4,8 +4,10 @@ A source yields ``SourceBatch``es walking post ids in one direction (``db`` and 
 descending, as Discourse's ``/posts.json?before=`` pages). Each batch *covers* an id range: every post
 the source has with an id in ``[lo, hi]`` is in that batch, so anything the index holds in that range
 and the batch lacks has vanished from the forum (or from what the source may show) and is removed: the
-range sweep. ``cursor`` is the batch's resume token (``hi`` going up, ``lo`` going down); the last one
-committed is the checkpoint, and ``read(cursor)`` resumes strictly past it.
+range sweep. It removes only rows its owner wrote (``owner_of``): an export never deletes the live
+forum's posts or another export's, unless the run is told to ``prune``. ``cursor`` is the batch's
+resume token (``hi`` going up, ``lo`` going down); the last one committed is the checkpoint, and
+``read(cursor)`` resumes strictly past it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+LIVE_FORUM = "forum"
+
+
+def owner_of(source_key: str) -> str:
+    """Who owns the rows a source writes: the live forum for ``db`` and ``api`` (and the webhook
+    events), the source itself otherwise (an export folder, ``file:<path>``). A range sweep removes
+    only rows of its own owner."""
+    return LIVE_FORUM if source_key in ("db", "api") else source_key
 
 
 @dataclass(frozen=True, slots=True)

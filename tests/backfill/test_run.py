@@ -83,6 +83,35 @@ def test_edited_post_is_re_embedded_and_deleted_one_removed(
     assert 9 not in indexed(db_url)
 
 
+def test_a_backfill_removes_only_what_its_own_source_no_longer_has(
+    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    full = corpus(30)
+    run_backfill(database, MemorySource(full, key="file:/exports/full"), embedder, options)
+    sample = [p for p in full if p.post_id % 10 == 0]  # a smaller export: the same ids, a few of them
+    summary = run_backfill(database, MemorySource(sample, key="file:/exports/sample"), embedder, options)
+    assert summary.removed == 0  # today's main: 27 (every post of the full export in the sample's range)
+    assert sorted(indexed(db_url)) == list(range(1, 31))
+    # What the sample read it owns; a post it no longer has goes, the full export's posts stay.
+    smaller = [sample[0], sample[2]]  # post 20 gone from the sample
+    again = run_backfill(database, MemorySource(smaller, key="file:/exports/sample"), embedder, options)
+    assert (again.removed, set(range(1, 31)) - set(indexed(db_url))) == (1, {20})
+    # The live forum's rows (db, api, webhooks) are one owner; an export never sweeps them.
+    run_backfill(database, MemorySource(full[:5], key="db"), embedder, options)
+    rest = run_backfill(database, MemorySource(full[5:], key="file:/exports/full"), embedder, options)
+    assert rest.removed == 0
+    assert {1, 2, 3, 4, 5} <= set(indexed(db_url))
+    # --prune: the range sweep removes what the source lacks, whoever wrote it.
+    pruned = run_backfill(
+        database,
+        MemorySource(smaller, key="file:/exports/sample"),
+        embedder,
+        dataclasses.replace(options, prune=True),
+    )
+    assert sorted(indexed(db_url)) == [10, 30]
+    assert pruned.removed == 28
+
+
 def test_post_moved_into_a_restricted_category_disappears_from_recall(
     database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
 ) -> None:

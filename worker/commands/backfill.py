@@ -31,6 +31,11 @@ def register(group: argparse.ArgumentParser) -> None:
         action="store_true",
         help="empty the index and rebuild it with the configured model and dimension",
     )
+    group.add_argument(
+        "--prune",
+        action="store_true",
+        help="also remove indexed posts other sources wrote that this source no longer has",
+    )
     group.add_argument("--limit", type=int, metavar="N", help="stop after N posts (resumable)")
     group.add_argument("--page-size", type=int, default=1000, metavar="N", help="posts per commit")
     group.add_argument("--json", action="store_true", help="print the summary as one JSON line")
@@ -63,6 +68,7 @@ def _backfill(args: argparse.Namespace) -> int:
             path=args.path,
             source_url=args.database_url_source,
             reindex=args.reindex,
+            prune=args.prune,
             limit=args.limit,
             page_size=args.page_size,
             progress={"auto": None, "bar": True, "log": False}[args.progress],
