@@ -20,10 +20,9 @@ tell, and the first post is then kept, as before this rule. docs/backfill.md has
 from __future__ import annotations
 
 from collections.abc import Collection
-from html.parser import HTMLParser
 
 from backfill.sources import SourcePost
-from worker.addressing import mentions
+from worker.addressing import cooked_mentions, mentions
 
 # One page of Discourse's post stream (``GET /t/{id}.json`` serves the first 20 posts).
 REPLY_WINDOW = 20
@@ -74,53 +73,12 @@ def _own_ineligibility(
 
 
 def addressed_to(post: SourcePost, usernames: Collection[str]) -> bool:
-    """The post mentions one of ``usernames`` (outside quotes and code) or replies to one of their posts.
-
-    The Markdown (``raw``) is read as the webhook reads it (``worker.addressing.mentions``); without it,
-    the cooked HTML's mention links (``a.mention``, which Discourse renders only where it notifies)
-    outside quoted posts and block quotes.
-    """
+    """The post mentions one of ``usernames`` where Discourse would notify them, or replies to one of
+    their posts: the same reading as the webhook's (``worker.addressing``; the cooked HTML decides
+    when there is one, else the raw Markdown)."""
     names = {u.lower() for u in usernames}
     if post.reply_to_username is not None and post.reply_to_username.lower() in names:
         return True
-    if post.raw:
-        return any(mentions(post.raw, name) for name in names)
-    if "mention" not in post.cooked:
-        return False
-    finder = _MentionFinder()
-    finder.feed(post.cooked)
-    finder.close()
-    return not names.isdisjoint(finder.found)
-
-
-class _MentionFinder(HTMLParser):
-    """Collects the usernames of ``<a class="mention">@name</a>`` outside ``aside`` and ``blockquote``."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.found: set[str] = set()
-        self._quoted = 0
-        self._in_mention = False
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in ("aside", "blockquote"):
-            self._quoted += 1
-        elif tag == "a" and not self._quoted:
-            classes = (dict(attrs).get("class") or "").split()
-            if "mention" in classes:
-                self._in_mention = True
-                self._text = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("aside", "blockquote") and self._quoted:
-            self._quoted -= 1
-        elif tag == "a" and self._in_mention:
-            self._in_mention = False
-            text = "".join(self._text).strip()
-            if text.startswith("@"):
-                self.found.add(text[1:].lower())
-
-    def handle_data(self, data: str) -> None:
-        if self._in_mention:
-            self._text.append(data)
+    if post.cooked:
+        return any(cooked_mentions(post.cooked, name) for name in names)
+    return bool(post.raw) and any(mentions(post.raw or "", name) for name in names)

@@ -13,6 +13,7 @@ from dramatiq.middleware import (
     TimeLimit,
 )
 
+from worker.errors import ServiceUnavailableError
 from worker.settings import RedisSettings
 
 # Messages older than this are dropped: a reply to a day-old question is noise, and the catch-up
@@ -44,3 +45,23 @@ def build_broker(redis: RedisSettings) -> RedisBroker:
         heartbeat_timeout=redis.heartbeat_timeout_ms,
         maintenance_chance=redis.maintenance_chance,
     )
+
+
+def check_redis(redis: RedisSettings, *, timeout_s: float = 3.0) -> None:
+    """PING Redis once; raise a one-line error naming the URL's host (no password) and the next step."""
+    import redis as redis_lib
+
+    client = redis_lib.Redis.from_url(redis.url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    try:
+        client.ping()
+    except redis_lib.RedisError as exc:
+        kwargs = client.connection_pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', 6379)}"
+        text = str(exc).strip().rstrip(".")
+        reason = text.rsplit(". ", 1)[-1].lower() if text else type(exc).__name__
+        raise ServiceUnavailableError(
+            f"Redis is not reachable on {where} ({reason}): start it, or fix CITEBOT_REDIS__URL",
+            service="redis",
+        ) from exc
+    finally:
+        client.close()

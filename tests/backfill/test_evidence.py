@@ -29,13 +29,13 @@ def reply(post_id: int, **fields: object) -> SourcePost:
 @pytest.mark.parametrize(
     ("fields", "addressed"),
     [
-        ({"raw": "@citebot how do I load a model?"}, True),
-        ({"raw": "@CiteBot, how do I load a model?"}, True),
-        ({"raw": "> @citebot said\n\nUse ResourceCache."}, False),  # a quote
-        ({"raw": "Type `@citebot` to ask it."}, False),  # code
-        ({"raw": "Ask @citebot2 or mail me@citebot.org"}, False),  # someone else, an address
+        ({"raw": "@citebot how do I load a model?", "cooked": ""}, True),
+        ({"raw": "@CiteBot, how do I load a model?", "cooked": ""}, True),
+        ({"raw": "> @citebot said\n\nUse ResourceCache.", "cooked": ""}, True),  # Discourse notifies in ">"
+        ({"raw": "Type `@citebot` to ask it.", "cooked": ""}, False),  # code
+        ({"raw": "Ask @citebot2 or mail me@citebot.org", "cooked": ""}, False),  # someone else, an address
         ({"cooked": MENTION}, True),
-        ({"cooked": QUOTED_MENTION}, False),
+        ({"cooked": QUOTED_MENTION}, False),  # a quoted post ([quote]) does not notify
         ({"cooked": '<p><a class="mention" href="/u/al">@al</a> thanks</p>'}, False),
         ({"reply_to_username": "CiteBot"}, True),  # a reply to one of the bot's posts
         ({"reply_to_username": "al"}, False),
@@ -53,7 +53,7 @@ def test_a_first_post_nobody_answered_is_an_open_question() -> None:
     # deleted one, a moderator action.
     not_answers = (
         reply(1002, username="citebot"),
-        reply(1003, raw="@citebot any idea?"),
+        reply(1003, raw="@citebot any idea?", cooked=""),
         reply(1004, deleted=True),
         reply(1005, post_type=3),
     )
@@ -78,7 +78,7 @@ def test_only_the_first_page_of_replies_is_read() -> None:
 
 
 def test_a_first_post_addressed_to_the_bot_is_never_evidence_even_when_answered() -> None:
-    asked = first_post((reply(1002),), raw="@citebot what is the best recipe for sourdough bread?")
+    asked = first_post((reply(1002),), cooked=MENTION)
     assert ineligibility(asked, excluded_authors=BOT) == "addressed_to_bot"
 
 

@@ -170,8 +170,9 @@ def test_an_open_question_enters_the_index_with_its_first_answer_and_leaves_with
     assert refresh_post(deps, 301, "post_created") == "absent"  # nobody answered: not evidence
     bot = ForumPost(id=302, topic_id=3, post_number=2, username="citebot", user_id=9,
                     cooked="<p>I don't know.</p>", reply_to_post_number=1)  # fmt: skip
+    mention = '<p><a class="mention" href="/u/citebot">@citebot</a> any idea?</p>'
     asker = ForumPost(id=303, topic_id=3, post_number=3, username="cy", user_id=3,
-                      raw="@citebot any idea?", cooked="<p>@citebot any idea?</p>")  # fmt: skip
+                      raw="@citebot any idea?", cooked=mention)  # fmt: skip
     forum.topics[3] = dataclasses.replace(forum.topics[3], posts=(question, bot, asker))
     assert refresh_post(deps, 302, "post_created") == "absent"
     assert refresh_post(deps, 303, "post_created") == "absent"

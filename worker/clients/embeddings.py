@@ -201,8 +201,8 @@ def check_vector(service: str, vector: object, dimension: int) -> list[float]:
         raise PermanentError("returned something that is not a vector of numbers", service=service)
     if len(vector) != dimension:
         raise IndexMismatchError(
-            f"returned a {len(vector)}-d vector but the index is {dimension}-d; "
-            "the service runs another model than the one configured",
+            f"returned a {len(vector)}-d vector but CITEBOT_EMBEDDINGS__DIMENSION says {dimension}; "
+            "the service runs another model than CITEBOT_EMBEDDINGS__MODEL",
             service=service,
         )
     return normalise([float(x) for x in vector], service)

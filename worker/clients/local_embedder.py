@@ -88,8 +88,8 @@ class LocalEmbedder(Embedder):
         native = embedding_dimension(self._model)
         if native != settings.dimension:
             raise IndexMismatchError(
-                f"model {settings.model!r} makes {native}-d vectors but the index is "
-                f"{settings.dimension}-d (CITEBOT_EMBEDDINGS__DIMENSION)",
+                f"model {settings.model!r} makes {native}-d vectors but CITEBOT_EMBEDDINGS__DIMENSION "
+                f"says {settings.dimension}",
                 service="local-embed",
             )
         self._lock = threading.Lock()  # one encode at a time: torch already uses every core

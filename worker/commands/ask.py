@@ -34,7 +34,7 @@ def _ask(args: argparse.Namespace) -> int:
     from sanitizer import sanitize
     from worker.budget import shared_budget
     from worker.clients.discourse import DiscourseClient
-    from worker.commands.common import settings_from
+    from worker.commands.common import preflight, settings_from
     from worker.db.connect import open_pool
     from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
     from worker.generation.factory import chat_model_from
@@ -51,6 +51,7 @@ def _ask(args: argparse.Namespace) -> int:
         if decision.hit and not args.retrieve_only:
             out["reply"] = canned_text(decision)
             return _print(out, args.json)
+    preflight(settings, index=not args.legacy)
     with httpx.Client() as http:
         pool = open_pool(settings.database, max_size=2)
         try:

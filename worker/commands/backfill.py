@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from worker.commands.common import settings_from
+from worker.commands.common import preflight, settings_from
 from worker.settings import Settings
 
 NAME = "backfill"
@@ -59,6 +59,7 @@ def _backfill(args: argparse.Namespace) -> int:
         return 2
     if args.enqueue:
         return _enqueue(settings, args)
+    preflight(settings, index=not args.reindex)
     # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -24,3 +24,15 @@ def dispatch(module: str, args: argparse.Namespace) -> int:
     handler = importlib.import_module(module).serve
     result: int = handler(args)
     return result
+
+
+def preflight(settings: Settings, *, index: bool = True, redis: bool = False) -> None:
+    """What an entry point checks before it starts: the database, its schema and (``index``) the post
+    index's model against the configured one, and (``redis``) Redis. One line per failure."""
+    from worker.db.check import check_database
+
+    check_database(settings.database, settings.embeddings, index=index)
+    if redis:
+        from worker.broker import check_redis
+
+        check_redis(settings.redis)

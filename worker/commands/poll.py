@@ -30,11 +30,12 @@ def _outages() -> tuple[type[BaseException], ...]:
 def _poll(args: argparse.Namespace) -> int:
     from worker.actors import declare_actors, run_poll
     from worker.broker import build_broker
-    from worker.commands.common import settings_from
+    from worker.commands.common import preflight, settings_from
     from worker.errors import TransientError
     from worker.runtime import RuntimeProvider
 
     settings = settings_from(args)
+    preflight(settings, redis=True)
     outages: tuple[type[BaseException], ...] = (TransientError, *_outages())
     broker = build_broker(settings.redis)
     provider = RuntimeProvider(settings)

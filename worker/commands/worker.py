@@ -45,13 +45,15 @@ def _run(args: argparse.Namespace) -> int:
     from worker.actors import declare_actors
     from worker.assemble import build_answerer
     from worker.broker import build_broker
-    from worker.commands.common import settings_from
+    from worker.commands.common import preflight, settings_from
     from worker.errors import ConfigError
     from worker.runtime import RuntimeProvider
 
     settings = settings_from(args)
     if args.processes < 1:
         raise ConfigError("--processes must be at least 1")
+    # Before anything starts: the database migrated, the index's model the configured one, Redis up.
+    preflight(settings, redis=True)
     metrics_port = args.metrics_port or settings.metrics_port
     if metrics_port:
         from prometheus_client import start_http_server

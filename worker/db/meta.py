@@ -29,9 +29,10 @@ def check_index_meta(conn: psycopg.Connection, model: str, dimension: int) -> In
     meta = read_index_meta(conn)
     if meta.model != model or meta.dimension != dimension:
         raise IndexMismatchError(
-            f"the post index holds {meta.model} ({meta.dimension}-d) vectors but {model} ({dimension}-d) "
-            "is configured; set CITEBOT_EMBEDDINGS__MODEL/DIMENSION back, or rebuild with "
-            "`citebot backfill --reindex`",
+            f"the post index holds {meta.model} ({meta.dimension}-d) vectors (index_meta), but this "
+            f"process is configured for {model} ({dimension}-d: CITEBOT_EMBEDDINGS__MODEL, "
+            "CITEBOT_EMBEDDINGS__DIMENSION); set those back to the index's, or rebuild the index with "
+            "`citebot backfill --source … --reindex`",
             service="postgres",
         )
     return meta

@@ -103,8 +103,8 @@ class Retriever:
             and (embedder.model != index.model or embedder.dimension != index.dimension)
         ):
             raise IndexMismatchError(
-                f"the embedder serves {embedder.model} ({embedder.dimension}-d) but the index expects "
-                f"{index.model} ({index.dimension}-d)",
+                f"the embedder serves {embedder.model} ({embedder.dimension}-d) but the index is read as "
+                f"{index.model} ({index.dimension}-d, CITEBOT_EMBEDDINGS__MODEL / __DIMENSION)",
                 service="retrieval",
             )
         self.embedder = embedder

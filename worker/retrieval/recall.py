@@ -170,7 +170,8 @@ class PostgresPostIndex:
     ) -> list[Candidate]:
         if len(vector) != self._dimension:
             raise IndexMismatchError(
-                f"query vector has {len(vector)} dimensions, the index {self._dimension}", service="postgres"
+                f"query vector has {len(vector)} dimensions, CITEBOT_EMBEDDINGS__DIMENSION {self._dimension}",
+                service="postgres",
             )
         self.check()
         query = HalfVector(np.asarray(vector, dtype=np.float32))

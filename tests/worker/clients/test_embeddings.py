@@ -165,7 +165,7 @@ def test_rate_limit_carries_retry_after() -> None:
 
 def test_wrong_dimension_is_an_index_mismatch() -> None:
     respond = lambda r: httpx.Response(200, json=[raw_vector(1, dim=DIM + 2)])  # noqa: E731
-    with pytest.raises(IndexMismatchError, match="10-d vector but the index is 8-d"):
+    with pytest.raises(IndexMismatchError, match="10-d vector but CITEBOT_EMBEDDINGS__DIMENSION says 8"):
         TeiEmbedder(client(respond), cfg()).embed(["a"])
 
 

@@ -52,7 +52,7 @@ def test_prefixes_change_what_is_embedded() -> None:
 
 
 def test_another_dimension_is_an_index_mismatch() -> None:
-    with pytest.raises(IndexMismatchError, match="384-d vectors but the index is 1024-d"):
+    with pytest.raises(IndexMismatchError, match="384-d vectors but CITEBOT_EMBEDDINGS__DIMENSION says 1024"):
         LocalEmbedder(EmbeddingsSettings(dimension=1024))  # type: ignore[call-arg]
 
 
