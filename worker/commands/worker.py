@@ -8,6 +8,10 @@ import signal
 import subprocess
 import sys
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from worker.runtime import Runtime
 
 NAME = "worker"
 HELP = "queue worker: run"
@@ -67,7 +71,9 @@ def _run(args: argparse.Namespace) -> int:
     runtime = RuntimeProvider(settings, answerer_factory=build_answerer)
     # Build the pipeline now: a broken rules file, an unreachable database or a model that does not
     # match the index stops the worker at start with a clear message, not message by message.
-    runtime()
+    rt = runtime()
+    if metrics_port:
+        _register_backlog(rt)
     declare_actors(broker, runtime, settings.limits)
     worker = dramatiq.Worker(
         broker,
@@ -93,6 +99,18 @@ def _run(args: argparse.Namespace) -> int:
         for child in children:
             child.wait(30)
     return 0
+
+
+def _register_backlog(rt: Runtime) -> None:
+    """Queue depth and age, dead letters and the index's size on this process's /metrics."""
+    from prometheus_client import REGISTRY
+
+    from worker.actors import INDEX_QUEUE, MAINTENANCE_QUEUE, QUESTIONS_QUEUE
+    from worker.backlog import BacklogCollector
+
+    queues = (QUESTIONS_QUEUE, INDEX_QUEUE, MAINTENANCE_QUEUE)
+    namespace = f"{rt.settings.redis.namespace}-tasks"  # worker.broker.build_broker's
+    REGISTRY.register(BacklogCollector(rt.redis, namespace, queues, rt.pool.connection))
 
 
 def _spawn_child(args: argparse.Namespace, metrics_port: int | None) -> subprocess.Popen[bytes]:
