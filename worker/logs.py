@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 _STD_ATTRS = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
@@ -46,6 +47,37 @@ class TextFormatter(logging.Formatter):
         return text + (" " + " ".join(extras) if extras else "")
 
 
+class BrokerOutageFilter(logging.Filter):
+    """dramatiq logs a CRITICAL line per queue consumer every few seconds while Redis is down (six lines
+    every 3 s for a worker of three queues). This lets one through a minute, as a WARNING that says what
+    happens meanwhile, and drops the rest; everything else passes untouched."""
+
+    PREFIX = "Consumer encountered a connection error"
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self.clock = clock
+        self._last: float | None = None
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("dramatiq") or not str(record.msg).startswith(self.PREFIX):
+            return True
+        now = self.clock()
+        if self._last is not None and now - self._last < self.every_s:
+            self._dropped += 1
+            return False
+        self._last = now
+        cause = record.getMessage().removeprefix(self.PREFIX).lstrip(": ")
+        record.msg = "Redis unreachable (%s); the worker keeps retrying (%d similar lines since the last one)"
+        record.args = (cause, self._dropped)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info = None
+        self._dropped = 0
+        return True
+
+
 def configure_logging(level: str = "INFO", *, json_lines: bool = False) -> None:
     """Install one stderr handler on the root logger (idempotent)."""
     root = logging.getLogger()
@@ -55,6 +87,7 @@ def configure_logging(level: str = "INFO", *, json_lines: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
     handler._citebot = True  # type: ignore[attr-defined]
+    handler.addFilter(BrokerOutageFilter())
     root.addHandler(handler)
     root.setLevel(level)
     # Third-party chatter stays at WARNING unless we debug.

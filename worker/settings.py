@@ -8,6 +8,8 @@ environment at import time. ``docs/configuration.md`` is generated from this fil
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -316,6 +318,32 @@ def env_name(loc: tuple[int | str, ...]) -> str:
     """The environment variable behind a pydantic error location, e.g. CITEBOT_DATABASE__URL."""
     parts = [str(p) for p in loc if not isinstance(p, int)]
     return ENV_PREFIX + ENV_DELIMITER.join(p.upper() for p in parts)
+
+
+def known_env_names() -> frozenset[str]:
+    """Every ``CITEBOT_`` variable a setting reads (a group's own name takes JSON, as pydantic does)."""
+    names: set[str] = set()
+    for name, field in Settings.model_fields.items():
+        names.add(ENV_PREFIX + name.upper())
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            prefix = ENV_PREFIX + name.upper() + ENV_DELIMITER
+            names.update(prefix + sub.upper() for sub in annotation.model_fields)
+    return frozenset(names)
+
+
+def unknown_env_names(environ: Mapping[str, str]) -> list[str]:
+    """One line per ``CITEBOT_`` variable that is no setting (a typo is silently ignored otherwise),
+    with the nearest real name when one is close."""
+    known = known_env_names()
+    out = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known:
+            continue
+        near = difflib.get_close_matches(upper, known, n=1, cutoff=0.8)
+        out.append(f"{name} is not a citebot setting" + (f" (did you mean {near[0]}?)" if near else ""))
+    return out
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -165,7 +165,11 @@ def test_backfill_beside_answers_stays_under_the_site_api_limit(
             "id": 20 + i,
             "title": f"Scene node question number {i}",
             "category_id": 7,
-            "posts": [("carol", f"How do I attach component number {i} to a scene node at runtime?")],
+            # Answered: a topic's first post nobody answered is not evidence (backfill/evidence.py).
+            "posts": [
+                ("carol", f"How do I attach component number {i} to a scene node at runtime?"),
+                ("dave", f"Call CreateComponent on the node for component number {i}."),
+            ],
         }
         for i in range(12)
     ]
@@ -191,7 +195,7 @@ def test_backfill_beside_answers_stays_under_the_site_api_limit(
         with psycopg.connect(stack.db_url) as conn:
             row = conn.execute("SELECT count(*) FROM post_index").fetchone()
         assert row is not None
-        assert row[0] >= 18
+        assert row[0] >= 5 + 2 * 12  # the export's posts but topic 12's open question, and the new topics
 
 
 def _backfill_env(stack: Stack) -> dict[str, str]:

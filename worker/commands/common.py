@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 
 from worker.logs import configure_logging
-from worker.settings import Settings, load_settings
+from worker.settings import Settings, load_settings, unknown_env_names
+
+log = logging.getLogger(__name__)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -14,6 +18,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     settings = load_settings()
     level = "DEBUG" if getattr(args, "verbose", False) else settings.log_level
     configure_logging(level, json_lines=settings.log_json)
+    for line in unknown_env_names(os.environ):
+        log.warning("%s; it is ignored (docs/configuration.md lists the settings)", line)
     return settings
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Protocol, TextIO
 
 import httpx
 
 from worker.commands.common import settings_from
+from worker.errors import ServiceUnavailableError
 from worker.flags import FLAG_NAMES, SETTING_NAMES, SETTING_PREFIX, flag_name, overrides_of, parse_flag
 from worker.settings import FlagsSettings
 
@@ -57,25 +59,39 @@ def _value_arg(text: str) -> bool:
         raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}") from None
 
 
-def _client(args: argparse.Namespace) -> tuple[SiteSettings, FlagsSettings, httpx.Client]:
+def _client(args: argparse.Namespace) -> tuple[SiteSettings, FlagsSettings, httpx.Client, str]:
     from worker.budget import shared_budget
     from worker.clients.discourse import DiscourseClient
 
     settings = settings_from(args)
     http = httpx.Client(timeout=settings.discourse.timeout_s)
-    return DiscourseClient(http, settings.discourse, budget=shared_budget(settings)), settings.flags, http
+    forum = DiscourseClient(http, settings.discourse, budget=shared_budget(settings))
+    return forum, settings.flags, http, settings.discourse.base_url
 
 
 def _show(args: argparse.Namespace) -> int:
-    forum, flags_settings, http = _client(args)
-    with http:
+    forum, flags_settings, http, url = _client(args)
+    with http, _naming_the_forum(url):
         return show_flags(forum, flags_settings, as_json=args.json)
 
 
 def _set(args: argparse.Namespace) -> int:
-    forum, flags_settings, http = _client(args)
-    with http:
+    forum, flags_settings, http, url = _client(args)
+    with http, _naming_the_forum(url):
         return set_flag(forum, flags_settings, args.name, args.value)
+
+
+@contextmanager
+def _naming_the_forum(url: str) -> Iterator[None]:
+    """A forum that does not answer is named with its URL and the variable that sets it."""
+    try:
+        yield
+    except ServiceUnavailableError as exc:
+        raise ServiceUnavailableError(
+            f"the forum at {url} does not answer ({exc.message}): start it, or fix "
+            "CITEBOT_DISCOURSE__BASE_URL",
+            service="discourse",
+        ) from exc
 
 
 def _word(value: bool | None) -> str:
