@@ -388,7 +388,8 @@ def run_backfill(
                 store.finish_run(source.key, status, summary.as_dict())
             except psycopg.Error:  # the database went away: the original error matters more
                 log.warning("could not record the outcome of the run", exc_info=True)
-    log.info("%s", summary.line())
+    # Each caller reports the summary once (the CLI prints it, the actor and the eval log it).
+    log.debug("%s", summary.line())
     return summary
 
 

@@ -46,8 +46,9 @@ def test_backfill_command_fills_the_index_with_the_local_model(
 ) -> None:
     url, export = env
     assert main(["backfill", "--source", "file", "--path", str(export), "--progress", "log"]) == 0
-    out = capsys.readouterr().out
-    assert "done; seen 3, embedded 3" in out
+    captured = capsys.readouterr()
+    assert "done; seen 3, embedded 3" in captured.out
+    assert (captured.out + captured.err).count("done; seen 3") == 1  # one summary, not two
     with psycopg.connect(url) as conn:
         row = conn.execute(
             "SELECT count(*), min(model), min(vector_dims(embedding::vector)) FROM post_index"
