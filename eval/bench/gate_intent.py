@@ -104,7 +104,7 @@ def train(args: argparse.Namespace) -> int:
     # The lowest threshold with at most `allowed` look-alikes at or above it.
     look_threshold = look_scores[len(look_scores) - allowed - 1] + 1e-4
     top = max(forum_scores)
-    threshold = max(top + args.margin, look_threshold)
+    threshold = max(top + args.margin, look_threshold, args.at_least)
     info = {
         "method": (
             f"mean similarity of the {args.k} nearest harmful exemplars minus the {args.k} nearest benign"
@@ -116,7 +116,7 @@ def train(args: argparse.Namespace) -> int:
         "calibration": (
             f"threshold = max(highest score of the 1000 forum questions {top:.4f} + {args.margin}, "
             f"the score that keeps {allowed} of the {len(look_scores)} benign look-alikes of tests/gate "
-            f"at or above it: {look_threshold:.4f})"
+            f"at or above it: {look_threshold:.4f}, --at-least {args.at_least})"
         ),
         "forum_score_max": round(top, 4),
         "forum_score_p99": round(percentile(forum_scores, 0.99), 4),
@@ -187,6 +187,12 @@ def main(argv: Sequence[str]) -> int:
     p_train = sub.add_parser("train", help="fit the head and calibrate its threshold")
     p_train.add_argument("--k", type=int, default=3, help="nearest exemplars averaged on each side")
     p_train.add_argument("--margin", type=float, default=0.02, help="added to the top forum score")
+    p_train.add_argument(
+        "--at-least",
+        type=float,
+        default=0.0,
+        help="lowest threshold (the archive check's highest post score + a margin, when it found one)",
+    )
     p_train.add_argument(
         "--benign-rate",
         type=float,
