@@ -17,21 +17,18 @@ and would drown the words that do.
 from __future__ import annotations
 
 import logging
-import math
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import regex
-from psycopg import sql
 
 from worker.db.connect import first_line
 from worker.domain import Candidate
 from worker.errors import ServiceUnavailableError
 from worker.retrieval.recall import ConnectionSource
+from worker.retrieval.terms import DocFrequencies, PostgresTermStats
 
 log = logging.getLogger(__name__)
 
@@ -81,64 +78,15 @@ def clean_question(text: str) -> str:
     return _GREETING.sub("", prose.strip()).strip()
 
 
-@dataclass(frozen=True, slots=True)
-class LexemeStats:
-    """How many of ``total`` indexed posts contain each stemmed word."""
-
-    total: int
-    counts: dict[str, int]
-
-    def idf(self, lexeme: str) -> float:
-        df = self.counts.get(lexeme, 0)
-        return math.log(1.0 + (self.total - df + 0.5) / (df + 0.5))
+# The lexical column's document frequencies: the keyword channel's table over stemmed lexemes.
+LexemeStats = DocFrequencies
 
 
-class PostgresLexemeStats:
-    """Document frequencies of the ``lexical`` column (``ts_stat`` over the most recent ``sample``
-    posts), cached ``ttl_s``; a failure keeps the previous table (or none: every term then counts
-    the same)."""
-
-    def __init__(
-        self,
-        connections: ConnectionSource,
-        *,
-        sample: int = 50_000,
-        ttl_s: float = 3600.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._connections = connections
-        self._sample = int(sample)
-        self._ttl_s = ttl_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._value: LexemeStats | None = None
-        self._loaded_at: float | None = None
-
-    def __call__(self) -> LexemeStats | None:
-        with self._lock:
-            now = self._clock()
-            if self._loaded_at is None or now - self._loaded_at >= self._ttl_s:
-                self._loaded_at = now
-                try:
-                    self._value = self._load()
-                except psycopg.Error as exc:
-                    log.warning("lexeme frequencies unavailable: %s", type(exc).__name__)
-            return self._value
-
-    def _load(self) -> LexemeStats | None:
-        inner = sql.SQL("SELECT lexical FROM post_index ORDER BY post_id DESC LIMIT {}").format(
-            sql.Literal(self._sample)
-        )
-        with self._connections() as conn, conn.transaction():
-            row = conn.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM post_index LIMIT %s) s", (self._sample,)
-            ).fetchone()
-            total = int(row[0]) if row else 0
-            if total == 0:
-                return None
-            query = "SELECT word, ndoc FROM ts_stat(%s)"
-            counts = {str(w): int(n) for w, n in conn.execute(query, (inner.as_string(conn),))}
-        return LexemeStats(total=total, counts=counts)
+def lexeme_stats(connections: ConnectionSource) -> PostgresTermStats:
+    """``ts_stat`` over the ``lexical`` column of the most recent 50,000 posts, cached an hour."""
+    return PostgresTermStats(
+        connections, vector="lexical", min_length=0, sample=50_000, what="lexeme frequencies"
+    )
 
 
 LEXEMES_SQL = "SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %s))"
@@ -206,7 +154,7 @@ class PostgresLexicalIndex:
         max_terms: int = MAX_TERMS,
     ) -> None:
         self._connections = connections
-        self._stats = stats if stats is not None else PostgresLexemeStats(connections)
+        self._stats = stats if stats is not None else lexeme_stats(connections)
         self._max_terms = max_terms
 
     def terms(

@@ -10,6 +10,7 @@ Without a frequency table (empty index, database down) longer words are taken as
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -32,10 +33,15 @@ _TOKEN = regex.compile(r"[\p{L}\p{N}_]+(?:[.\-][\p{L}\p{N}_]+)*")
 
 @dataclass(frozen=True, slots=True)
 class DocFrequencies:
-    """How many of ``total`` indexed posts contain each word (lower-cased)."""
+    """How many of ``total`` indexed posts contain each word (lower-cased, or a stemmed lexeme)."""
 
     total: int
     counts: Mapping[str, int]
+
+    def idf(self, word: str) -> float:
+        """BM25's inverse document frequency (never negative)."""
+        df = self.counts.get(word, 0)
+        return math.log(1.0 + (self.total - df + 0.5) / (df + 0.5))
 
 
 def tokenize(text: str) -> list[str]:
@@ -104,25 +110,33 @@ class TermSelector:
 
 
 class PostgresTermStats:
-    """Document frequencies over (a sample of) ``post_index.text`` by ``ts_stat``, cached ``ttl_s``.
+    """Document frequencies by ``ts_stat`` over a ``tsvector`` of the most recent ``sample`` posts of
+    ``post_index``, cached ``ttl_s``. The keyword channel counts plain words of ``text``; the lexical
+    channel counts the stemmed lexemes of its ``lexical`` column.
 
-    The sample is the most recent ``sample`` posts: enough to tell a rare word from a common one, and
-    cheap to recompute (about a second for 20,000 posts). A failure leaves the previous table in place
-    (or none: term selection then ranks by length).
+    The sample is enough to tell a rare word from a common one, and cheap to recompute (about a second
+    for 20,000 posts). A failure leaves the previous table in place (or none: every term then counts the
+    same, and term selection ranks by length).
     """
 
     def __init__(
         self,
         connections: ConnectionSource,
         *,
+        vector: str = "to_tsvector('simple', text)",
+        min_length: int = MIN_TERM_LENGTH,
         sample: int = 20_000,
         ttl_s: float = 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        what: str = "document frequencies",
     ) -> None:
         self._connections = connections
+        self._vector = sql.SQL(vector)  # a constant of ours, never user input
+        self._min_length = int(min_length)
         self._sample = int(sample)
         self._ttl_s = ttl_s
         self._clock = clock
+        self._what = what
         self._lock = threading.Lock()
         self._value: DocFrequencies | None = None
         self._loaded_at: float | None = None
@@ -135,13 +149,13 @@ class PostgresTermStats:
                 try:
                     self._value = self._load()
                 except psycopg.Error as exc:
-                    log.warning("document frequencies unavailable: %s", type(exc).__name__)
+                    log.warning("%s unavailable: %s", self._what, type(exc).__name__)
             return self._value
 
     def _load(self) -> DocFrequencies | None:
-        inner = sql.SQL(
-            "SELECT to_tsvector('simple', text) FROM post_index ORDER BY post_id DESC LIMIT {}"
-        ).format(sql.Literal(self._sample))
+        inner = sql.SQL("SELECT {} FROM post_index ORDER BY post_id DESC LIMIT {}").format(
+            self._vector, sql.Literal(self._sample)
+        )
         with self._connections() as conn, conn.transaction():
             total_row = conn.execute(
                 "SELECT count(*) FROM (SELECT 1 FROM post_index LIMIT %s) s", (self._sample,)
@@ -150,6 +164,6 @@ class PostgresTermStats:
             if total == 0:
                 return None
             query = "SELECT word, ndoc FROM ts_stat(%s) WHERE length(word) >= %s"
-            rows = conn.execute(query, (inner.as_string(conn), MIN_TERM_LENGTH))
+            rows = conn.execute(query, (inner.as_string(conn), self._min_length))
             counts = {str(w): int(n) for w, n in rows}
         return DocFrequencies(total=total, counts=counts)
