@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from backfill.prepare import PreparedPost
 from backfill.sources import LIVE_FORUM, owner_of
+from worker.db.vector_index import drop_vector_indexes
 
 _COLUMNS = (
     "post_id",
@@ -68,11 +69,6 @@ _ON_CONFLICT = (
 _UPSERT = f"INSERT INTO post_index ({_COLS}) SELECT {_COLS} FROM backfill_stage {_ON_CONFLICT}"  # noqa: S608
 _VALUES = ", ".join("%s::halfvec" if c == "embedding" else "%s" for c in _COLUMNS)
 _INSERT_ROW = f"INSERT INTO post_index ({_COLS}) VALUES ({_VALUES}) {_ON_CONFLICT}"  # noqa: S608
-HNSW_NAME = "post_index_embedding_hnsw"
-HNSW_DDL = (
-    "CREATE INDEX {concurrently} IF NOT EXISTS post_index_embedding_hnsw ON post_index "
-    "USING hnsw (embedding halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)"
-)
 
 
 class _Packed:
@@ -356,7 +352,7 @@ class IndexStore:
     def reindex(self, model: str, dimension: int, strategy: str) -> None:
         """Empty the index and give its vector column the new dimension; all checkpoints restart."""
         with self.conn.transaction():
-            self.conn.execute(f"DROP INDEX IF EXISTS {HNSW_NAME}")
+            drop_vector_indexes(self.conn)
             self.conn.execute("TRUNCATE post_index")
             self.conn.execute(f"ALTER TABLE post_index ALTER COLUMN embedding TYPE halfvec({int(dimension)})")
             self.conn.execute(

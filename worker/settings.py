@@ -211,6 +211,20 @@ class RetrievalSettings(BaseModel):
         "relaxed_order", description="pgvector iterative scan, so filtered queries still fill recall_k."
     )
     max_scan_tuples: int = Field(20000, ge=100, description="`hnsw.max_scan_tuples` for iterative scans.")
+    vector_index: Literal["halfvec", "binary"] = Field(
+        "halfvec",
+        description="Recall's vector index: `halfvec` (HNSW over the halfvec column) or `binary` (HNSW over "
+        "`binary_quantize(embedding)`, a Hamming scan of `binary_candidates` posts re-ranked by the exact "
+        "cosine; ~1/6 of the index memory, docs/performance.md). `citebot db migrate` builds the one "
+        "chosen and records it in index_meta.",
+    )
+    binary_candidates: int = Field(
+        200,
+        ge=1,
+        le=1000,
+        description="`binary` index: posts the Hamming scan returns for the exact cosine to re-rank "
+        "(also its `hnsw.ef_search`); at least `recall_k`.",
+    )
     lexical: bool = Field(
         False, description="Lexical channel: full-text search over post_index, fused with the cosine one."
     )
@@ -243,6 +257,8 @@ class RetrievalSettings(BaseModel):
             and self.abstain_below > self.weak_below
         ):
             raise ValueError("abstain_below must not be above weak_below")
+        if self.vector_index == "binary" and self.binary_candidates < self.recall_k:
+            raise ValueError("binary_candidates must be at least recall_k")
         return self
 
 

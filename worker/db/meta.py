@@ -14,14 +14,15 @@ class IndexMeta:
     model: str
     dimension: int
     strategy: str
+    vector_index: str = "halfvec"
 
 
 def read_index_meta(conn: psycopg.Connection) -> IndexMeta:
-    """The model, dimension and text strategy recorded at migrate (or reindex) time."""
-    row = conn.execute("SELECT model, dimension, strategy FROM index_meta").fetchone()
+    """The model, dimension, text strategy and vector index kind recorded at migrate (or reindex) time."""
+    row = conn.execute("SELECT model, dimension, strategy, vector_index FROM index_meta").fetchone()
     if row is None:
         raise PermanentError("index_meta is empty: run `citebot db migrate`", service="postgres")
-    return IndexMeta(str(row[0]), int(row[1]), str(row[2]))
+    return IndexMeta(str(row[0]), int(row[1]), str(row[2]), str(row[3]))
 
 
 def check_index_meta(conn: psycopg.Connection, model: str, dimension: int) -> IndexMeta:

@@ -2,7 +2,8 @@
 
 Safe to run from two processes at once: every run takes a transaction-level advisory lock first, so
 the second waits and then finds nothing left to do. ``{{dimension}}`` in a migration is replaced by
-the configured embedding dimension; the model and dimension are recorded in ``index_meta``.
+the configured embedding dimension; the model and dimension are recorded in ``index_meta``. The vector
+index is then made the kind ``CITEBOT_RETRIEVAL__VECTOR_INDEX`` names (``worker.db.vector_index``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from importlib import resources
 import psycopg
 
 from worker.db.connect import connect
+from worker.db.vector_index import switch_vector_index
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ def migrate(settings: Settings) -> MigrateReport:
             (settings.embeddings.model, settings.embeddings.dimension, STRATEGY_VERSION),
         )
         row = conn.execute("SELECT model, dimension FROM index_meta").fetchone()
+        if row is not None:
+            switch_vector_index(conn, settings.retrieval.vector_index, int(row[1]))
     if row is None:  # pragma: no cover - inserted above when missing
         raise RuntimeError("index_meta vanished during migration")
     model, dimension = str(row[0]), int(row[1])

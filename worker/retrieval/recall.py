@@ -1,5 +1,10 @@
 """Post-grain recall: cosine nearest neighbours over ``post_index`` with pgvector's HNSW index.
 
+Two index kinds (``CITEBOT_RETRIEVAL__VECTOR_INDEX``, see ``worker.db.vector_index``): ``halfvec``,
+described below, and ``binary``, whose Hamming scan over ``binary_quantize(embedding)`` yields
+``binary_candidates`` posts that the exact halfvec cosine re-ranks (``BINARY_RECALL_SQL``). Both apply
+the same eligibility filter inside the index scan, with the same iterative scan.
+
 The query is ``ORDER BY embedding <=> $1 LIMIT k`` with exactly the index's expression
 (``halfvec_cosine_ops``), the vector passed as a ``HalfVector``. Eligibility is re-checked at query
 time: a category listed in ``restricted_categories`` now is excluded even if its posts were indexed
@@ -47,6 +52,25 @@ WITH nearest AS MATERIALIZED (
     LIMIT %(k)s
 )
 SELECT * FROM nearest ORDER BY distance + 0, post_id
+"""
+
+# The binary-quantized kind (worker.db.vector_index): the HNSW index over binary_quantize(embedding)
+# gives the ``n`` eligible posts nearest by Hamming distance (the same filters, so the iterative scan
+# fills ``n`` as above), and those are re-ranked by the exact cosine of their halfvec column. The
+# cast's typmod is the index's dimension, a literal the planner must see to match the index
+# expression; it is the one value formatted in (an int, from the settings).
+BINARY_RECALL_SQL = """
+WITH candidates AS MATERIALIZED (
+    SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id,
+           p.embedding <=> %(q)s AS distance
+    FROM post_index p
+    WHERE (p.category_id IS NULL
+           OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+      AND p.post_id <> ALL(%(exclude)s::bigint[])
+    ORDER BY binary_quantize(p.embedding)::bit({dimension}) <~> binary_quantize(%(q)s)
+    LIMIT %(n)s
+)
+SELECT * FROM candidates ORDER BY distance, post_id LIMIT %(k)s
 """
 
 POSTS_SQL = """
@@ -134,6 +158,7 @@ class PostgresPostIndex:
         self._dimension = dimension
         self._checked = False
         self._check_lock = threading.Lock()
+        self._recall_sql = recall_sql(settings.vector_index, dimension)
 
     @property
     def model(self) -> str:
@@ -162,7 +187,14 @@ class PostgresPostIndex:
             if self._checked:
                 return
             with self._transaction() as conn:
-                check_index_meta(conn, self._model, self._dimension)
+                meta = check_index_meta(conn, self._model, self._dimension)
+            if meta.vector_index != self._settings.vector_index:
+                raise IndexMismatchError(
+                    f"the post index carries a {meta.vector_index} vector index (index_meta), but "
+                    f"CITEBOT_RETRIEVAL__VECTOR_INDEX is {self._settings.vector_index}: run `citebot db "
+                    "migrate` to build that one, or set the variable back",
+                    service="postgres",
+                )
             self._checked = True
 
     def recall(
@@ -174,12 +206,10 @@ class PostgresPostIndex:
                 service="postgres",
             )
         self.check()
-        query = HalfVector(np.asarray(vector, dtype=np.float32))
-        params = {"q": query, "k": k, "exclude": list(exclude_post_ids)}
-        s = self._settings
+        knobs, params = recall_params(self._settings, vector, k, exclude_post_ids)
         with self._transaction() as conn:
-            conn.execute(_SETTINGS_SQL, (str(s.ef_search), s.iterative_scan, str(s.max_scan_tuples)))
-            rows = conn.execute(RECALL_SQL, params).fetchall()
+            conn.execute(_SETTINGS_SQL, knobs)
+            rows = conn.execute(self._recall_sql, params).fetchall()
         return [
             Candidate(
                 post_id=int(r[0]),
@@ -232,6 +262,27 @@ class PostgresPostIndex:
         with self._transaction() as conn:
             rows = conn.execute(NEIGHBOURS_SQL, span).fetchall()
         return [_candidate(r) for r in rows]
+
+
+def recall_sql(kind: str, dimension: int) -> str:
+    """The recall query for the vector index ``kind`` over ``dimension``-d vectors."""
+    if kind == "binary":
+        return BINARY_RECALL_SQL.replace("{dimension}", str(int(dimension)))
+    return RECALL_SQL
+
+
+def recall_params(
+    settings: RetrievalSettings, vector: Sequence[float], k: int, exclude_post_ids: Sequence[int] = ()
+) -> tuple[tuple[str, str, str], dict[str, object]]:
+    """The search knobs (for ``_SETTINGS_SQL``) and the query parameters of one recall.
+
+    The binary kind's candidate scan must yield ``n`` rows, so its ``hnsw.ef_search`` is ``n``.
+    """
+    n = max(k, settings.binary_candidates)
+    ef = n if settings.vector_index == "binary" else settings.ef_search
+    knobs = (str(ef), settings.iterative_scan, str(settings.max_scan_tuples))
+    query = HalfVector(np.asarray(vector, dtype=np.float32))
+    return knobs, {"q": query, "k": k, "n": n, "exclude": list(exclude_post_ids)}
 
 
 def _candidate(r: Sequence[object]) -> Candidate:

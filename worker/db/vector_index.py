@@ -1,0 +1,74 @@
+"""Which vector index ``post_index`` carries, its DDL, and switching from one kind to the other.
+
+Two kinds, chosen by ``CITEBOT_RETRIEVAL__VECTOR_INDEX`` and recorded in ``index_meta.vector_index``:
+
+- ``halfvec``: HNSW over the halfvec column (``halfvec_cosine_ops``). Recall is one index scan.
+- ``binary``: HNSW over ``binary_quantize(embedding)::bit(D)`` (``bit_hamming_ops``): one bit per
+  dimension, so the graph's vectors take 1/16 of the halfvec ones and each distance is a popcount.
+  Recall scans it by Hamming distance for ``binary_candidates`` posts and re-ranks those by the exact
+  cosine of the halfvec column, which stays in the table (see ``worker.retrieval.recall``).
+
+Only the chosen index exists: keeping both would double the write cost of every upsert and the disk,
+and the unused one would still be rebuilt by every bulk load. ``citebot db migrate`` switches (builds
+the new one, drops the old one, records the kind) inside its transaction; a switch on a big table
+takes the build time of the new index (docs/operations.md, sizing).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal, get_args
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+VectorIndexKind = Literal["halfvec", "binary"]
+KINDS: tuple[VectorIndexKind, ...] = get_args(VectorIndexKind)
+
+INDEX_NAMES: dict[VectorIndexKind, str] = {
+    "halfvec": "post_index_embedding_hnsw",
+    "binary": "post_index_embedding_bq_hnsw",
+}
+# The graph parameters of both kinds: the bench (eval/bench/recall.py) measured them together.
+HNSW_WITH = "WITH (m = 16, ef_construction = 64)"
+
+
+def index_ddl(kind: VectorIndexKind, dimension: int, *, concurrently: bool = False) -> str:
+    """``CREATE INDEX`` for ``kind`` over a ``dimension``-d column (``IF NOT EXISTS``)."""
+    how = "CONCURRENTLY " if concurrently else ""
+    if kind == "halfvec":
+        expr = "embedding halfvec_cosine_ops"
+    else:
+        # The cast's typmod must be a literal: the query repeats the same expression to use the index.
+        expr = f"(binary_quantize(embedding)::bit({int(dimension)})) bit_hamming_ops"
+    return (
+        f"CREATE INDEX {how}IF NOT EXISTS {INDEX_NAMES[kind]} ON post_index USING hnsw ({expr}) {HNSW_WITH}"
+    )
+
+
+def read_kind(conn: psycopg.Connection) -> VectorIndexKind:
+    """The kind recorded in ``index_meta`` (``halfvec`` before any switch)."""
+    row = conn.execute("SELECT vector_index FROM index_meta").fetchone()
+    kind = str(row[0]) if row else "halfvec"
+    if kind not in KINDS:  # pragma: no cover - the column has a CHECK constraint
+        raise ValueError(f"unknown vector index kind {kind!r} in index_meta")
+    return kind
+
+
+def drop_vector_indexes(conn: psycopg.Connection) -> None:
+    """Drop the vector index of either kind (a bulk load or a reindex builds it again afterwards)."""
+    for name in INDEX_NAMES.values():
+        conn.execute(f"DROP INDEX IF EXISTS {name}")
+
+
+def switch_vector_index(conn: psycopg.Connection, kind: VectorIndexKind, dimension: int) -> bool:
+    """Make ``kind`` the index of ``post_index`` inside the caller's transaction; True if it changed."""
+    current = read_kind(conn)
+    if current == kind:
+        return False
+    log.info("switching the vector index from %s to %s (building %s)", current, kind, INDEX_NAMES[kind])
+    conn.execute(f"DROP INDEX IF EXISTS {INDEX_NAMES[current]}")
+    conn.execute(index_ddl(kind, dimension).encode())
+    conn.execute("UPDATE index_meta SET vector_index = %s, updated_at = now()", (kind,))
+    return True
