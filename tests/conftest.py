@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_lib
 
+from eval.stack.launcher import Launcher
 from eval.stack.postgres import drop_database, ensure_database
-from tests.services import PostgresService, RedisService, unavailable
+from tests.services import CACHE, postgres_for_tests, redis_for_tests, unavailable
 from worker.settings import Settings
 
 TEST_DIMENSION = 8
@@ -21,15 +22,20 @@ _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[str]:
+def services() -> Iterator[Launcher]:
+    """The session's stack launcher: what it started is stopped when the session ends."""
+    with Launcher(CACHE / "test-logs") as launcher:
+        yield launcher
+
+
+@pytest.fixture(scope="session")
+def pg_server(services: Launcher) -> str:
     """URL of the test PostgreSQL server's admin database."""
-    service = PostgresService()
     try:
-        url = service.start()
+        return postgres_for_tests(services)
     except Exception as exc:  # any failure to get a server is reported, never hidden
         unavailable("PostgreSQL", repr(exc))
-    yield url
-    service.stop()
+        raise
 
 
 @pytest.fixture(scope="session")
@@ -62,14 +68,12 @@ def empty_db_url(pg_server: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[str]:
-    service = RedisService()
+def redis_server(services: Launcher) -> str:
     try:
-        url = service.start()
+        return redis_for_tests(services)
     except Exception as exc:
         unavailable("Redis", repr(exc))
-    yield url
-    service.stop()
+        raise
 
 
 # Each pytest process gets its own key namespace, so parallel test runs on one Redis never collide.

@@ -28,22 +28,18 @@ from pgvector.psycopg import register_vector
 
 from eval.bench.report import emit, print_table
 from eval.evaluation.datasets import URHO3D
-from eval.stack.forum.loader import load_export
-from eval.stack.forum.store import ForumStore
 from eval.stack.forum.text import html_to_text
-from eval.stack.forum.thread import LIFTED_BUDGET, ForumThread
 from eval.stack.modelserver.models import BiEncoderScorer, Calibration, EmbeddingModel
 from eval.stack.modelserver.server import ModelServerThread, load_models
-from eval.stack.postgres import EmbeddedPostgres, ensure_database
+from eval.stack.services import EmbeddedStack
 from worker.clients.discourse import DiscourseClient
 from worker.clients.embeddings import TeiEmbedder
 from worker.clients.tei import TeiReranker
-from worker.db.migrate import migrate
 from worker.errors import ConfigError
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.retrieval.terms import PostgresTermStats, TermSelector
-from worker.settings import Settings
+from worker.settings import RerankerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
@@ -140,42 +136,21 @@ def pct(values: list[float], q: float) -> float:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     topic_ids, questions = sample(args.data, args.topics, args.queries)
-    server = EmbeddedPostgres(CACHE / "pg-bench-pipeline")
-    url = server.start()
-    store: ForumStore | None = None
-    forum: ForumThread | None = None
-    models: ModelServerThread | None = None
-    try:
-        forum_db = ensure_database(url, "citebot_bench_forum")
-        store = ForumStore(forum_db)
-        store.init_schema()
-        export = make_export(args.data, topic_ids)
-        meta = store.meta()
-        if meta is None or meta["export"] != str(export):
-            report = load_export(store, export)
-            print(f"forum: loaded {report.topics} topics, {report.posts} posts in {report.seconds:.1f} s")
-        forum = ForumThread(store)
-        forum_url = forum.start()
-        t0 = time.perf_counter()
-        models, calibration = model_server()
-        model_url = models.start()
-        print(f"model server up in {time.perf_counter() - t0:.1f} s")
-
-        index_db = ensure_database(url, "citebot_bench_pipeline", fresh=True)
-        settings = Settings.model_validate(
-            {
-                "database": {"url": index_db},
-                "embeddings": {"provider": "tei", "base_url": model_url},
-                "reranker": {"base_url": model_url},
-                "discourse": {
-                    "base_url": forum_url,
-                    "api_key": "local-forum-key",
-                    "api_username": "system",
-                    **LIFTED_BUDGET,
-                },
-            }
-        )
-        migrate(settings)
+    export = make_export(args.data, topic_ids)
+    t0 = time.perf_counter()
+    models, calibration = model_server()
+    stack = EmbeddedStack(
+        export,
+        cache=CACHE / "pg-bench-pipeline",
+        name="bench",
+        rerank_timeout_s=RerankerSettings.model_fields["timeout_s"].default,
+        models=models,
+        fresh_index=True,
+    )
+    with stack as endpoints:
+        print(f"stack (forum, model server, PostgreSQL) up in {time.perf_counter() - t0:.1f} s")
+        settings = endpoints.settings
+        index_db = settings.database.url
         http = httpx.Client(timeout=httpx.Timeout(30.0))
         embedder = TeiEmbedder(http, settings.embeddings)
         posts = build_index(index_db, embedder, args.data, topic_ids)
@@ -207,14 +182,6 @@ def main(argv: list[str]) -> int:
                     t0 = time.perf_counter()
                     retriever.retrieve(q["question"], exclude_post_ids=q["exclude_post_ids"], use_posts=False)
                     legacy.append((time.perf_counter() - t0) * 1000)
-    finally:
-        if models is not None:
-            models.stop()
-        if forum is not None:
-            forum.stop()
-        if store is not None:
-            store.close()
-        server.stop()
 
     mean_total = float(np.mean(totals))
     rows = [

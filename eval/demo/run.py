@@ -30,9 +30,10 @@ import psycopg
 
 from eval.demo.member import ForumMember, Question, Reply, links_in
 from eval.demo.show import Steps, print_reply
+from eval.stack.launcher import Launcher, base_env, citebot_env, webhook_url
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
-from eval.stack.procs import CITEBOT, DemoError, Processes, stop_saved, tail
-from eval.stack.redis import RedisServer, free_port
+from eval.stack.procs import CITEBOT, DemoError, stop_saved, tail
+from eval.stack.redis import free_port
 from worker.flags import FLAG_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,13 +114,14 @@ class Demo:
         self.reply_timeout = reply_timeout
         self.steps = Steps(10)
         # Hex: a urlsafe token may start with "-". Secrets reach child processes through the
-        # environment (see _env), never argv, where `ps` would show them.
+        # environment (see _settings), never argv, where `ps` would show them.
         self.api_key = secrets.token_hex(24)
         # The member's browser session: Discourse does not count it against the admin-API limit.
         self.session_key = secrets.token_hex(24)
         self.webhook_secret = secrets.token_hex(24)
         self.ports = {name: free_port() for name in ("models", "forum", "webhook")}
         self.forum_url = f"http://127.0.0.1:{self.ports['forum']}"
+        self.pg: EmbeddedPostgres | None = None
 
     def run(self) -> int:
         if not (self.sample / "topics").is_dir():
@@ -149,16 +151,15 @@ class Demo:
             say("LLM: none (CITEBOT_LLM__BASE_URL is unset): the OFFLINE generator writes the replies,")
             say("     quoting sentences from the cited posts. Set CITEBOT_LLM__BASE_URL to use a real model.")
         say(f"logs: {self.paths.logs}/NAME.log")
-        postgres = EmbeddedPostgres(self.paths.pg_data, keep_running=self.keep)
-        redis = RedisServer(self.paths.cache / "demo" / "redis")
-        procs = Processes(self.paths.logs, _base_env())
+        # The LLM's settings are the caller's to give (a real model); every other setting is this run's.
+        launcher = Launcher(self.paths.logs, base_env(keep=("CITEBOT_LLM__",)))
         ok = kept = False
         try:
-            self._bring_up(procs, postgres, redis)
-            ok = self._ask(procs)
+            self._bring_up(launcher)
+            ok = self._ask(launcher)
             if self.keep:  # kept even when a check failed: the stack is there to be looked at
-                procs.save(self.paths.pids)
-                self._save_redis(redis)
+                launcher.procs.save(self.paths.pids)
+                self._save_redis()
                 self._print_keep()
                 kept = True
         except DemoError as exc:
@@ -167,10 +168,9 @@ class Demo:
                 print(f"--- last lines of {exc.log} ---\n{tail(exc.log)}\n---", file=sys.stderr)
         finally:
             if not kept:
-                procs.stop_all()
-                redis.stop()
-                postgres.keep_running = False
-                postgres.stop()
+                if self.pg is not None:
+                    self.pg.keep_running = False
+                launcher.stop()
         say(f"\ndemo {'finished' if ok else 'FAILED'} in {self.steps.elapsed():.0f} s")
         if not kept:
             say("every process the demo started is stopped (`make demo ARGS=--keep` leaves them running)")
@@ -178,90 +178,83 @@ class Demo:
 
     # -- bring the stack up ----------------------------------------------------------------------------
 
-    def _bring_up(self, procs: Processes, postgres: EmbeddedPostgres, redis: RedisServer) -> None:
+    def _bring_up(self, launcher: Launcher) -> None:
         step = self.steps.step
         models_url = f"http://127.0.0.1:{self.ports['models']}"
         with step("local model server (MiniLM embeddings + calibrated scorer, TEI's API): loading meanwhile"):
-            models = procs.start("models", [*CITEBOT, "models", "serve", "--port", str(self.ports["models"])])
+            models = launcher.start(
+                "models", [*CITEBOT, "models", "serve", "--port", str(self.ports["models"])]
+            )
         with step(f"PostgreSQL + pgvector (embedded, data in {self.paths.pg_data})"):
-            server_url = postgres.start()
+            self.pg = launcher.embedded_postgres(self.paths.pg_data, keep_running=self.keep)
+            server_url = self.pg.url or ""
             self.db_url = ensure_database(server_url, "citebot_demo")
             # The forum starts from the sample on every run: questions of an earlier run are not in it.
             self.forum_db_url = ensure_database(server_url, "citebot_demo_forum", fresh=True)
         with step("Redis (a private redis-server on a free port)"):
-            self.redis_url = redis.start()
+            self.redis = launcher.redis_server(self.paths.cache / "demo" / "redis")
+            self.redis_url = self.redis.url
             self.steps.say(f"      {self.redis_url}")
-        procs.env.update(self._env(self.redis_url))
+        launcher.configure(self._settings(self.redis_url))
+        launcher.env["LOCAL_FORUM_SESSION_KEY"] = self.session_key
         with step("local forum (a Discourse double) loaded with the sample; the model server ready"):
-            webhook_url = f"http://127.0.0.1:{self.ports['webhook']}/webhooks/discourse"
-            forum = procs.start(
-                "forum",
-                [
-                    *CITEBOT, "forum", "serve", "--export", str(self.sample),
-                    "--port", str(self.ports["forum"]), "--database-url", self.forum_db_url,
-                    "--webhook-url", webhook_url, "--reload",
-                ],
-            )  # fmt: skip
-            procs.wait_http(
-                forum,
-                f"{self.forum_url}/admin/site_settings.json?filter=citebot",
+            forum = launcher.forum(
+                self.ports["forum"],
+                self.sample,
+                self.forum_db_url,
+                webhook_url=webhook_url(self.ports["webhook"]),
                 headers={"Api-Key": self.api_key, "Api-Username": BOT},
+                timeout_s=120,
             )
             loaded = [line for line in tail(forum.log, 50).splitlines() if line.startswith("loaded ")]
             self.steps.say(f"      forum on {self.forum_url}: {loaded[-1] if loaded else 'sample loaded'}")
-            procs.wait_http(models, f"{models_url}/health", timeout_s=180)
+            launcher.procs.wait_http(models, f"{models_url}/health", timeout_s=180)
             self.steps.say(f"      model server on {models_url}")
         with step("database schema (citebot db migrate)"):
-            out = procs.run("migrate", [*CITEBOT, "db", "migrate"])
+            out = launcher.run("migrate", [*CITEBOT, "db", "migrate"])
             for line in out.strip().splitlines():
                 self.steps.say(f"      {line}")
             with psycopg.connect(self.db_url, autocommit=True) as conn:
                 conn.execute("TRUNCATE answers")  # the forum restarts from the sample: so do the answers
         with step(f"backfill the post index (citebot backfill --source file --path {_rel(self.sample)})"):
-            out = procs.run(
+            out = launcher.run(
                 "backfill",
                 [*CITEBOT, "backfill", "--source", "file", "--path", str(self.sample), "--progress", "bar"],
                 echo=sys.stdout,
             )
         with step("webhook app and one worker"):
-            webhook = procs.start(
-                "webhook", [*CITEBOT, "webhook", "serve", "--port", str(self.ports["webhook"])]
-            )
-            procs.wait_http(webhook, f"http://127.0.0.1:{self.ports['webhook']}/readyz")
-            worker = procs.start("worker", [*CITEBOT, "worker", "run", "--threads", "2"])
-            _wait_log(worker.log, "worker started", procs, timeout_s=60)
+            launcher.webhook(self.ports["webhook"])
+            worker = launcher.worker(timeout_s=60)
             self.steps.say(
                 f"      webhook app on http://127.0.0.1:{self.ports['webhook']}, worker pid {worker.proc.pid}"
             )
         with step("turn the flags on through the forum's site settings (citebot flags set NAME on)"):
             for name in FLAG_NAMES:
-                out = procs.run(f"flags-{name}", [*CITEBOT, "flags", "set", name, "on"])
+                out = launcher.run(f"flags-{name}", [*CITEBOT, "flags", "set", name, "on"])
                 self.steps.say(f"      {out.strip().splitlines()[-1] if out.strip() else name}")
 
-    def _env(self, redis_url: str) -> dict[str, str]:
+    def _settings(self, redis_url: str) -> dict[str, Any]:
         """The citebot settings of every child: this run's services, ports and secrets."""
         models = f"http://127.0.0.1:{self.ports['models']}"
         return {
-            "CITEBOT_DATABASE__URL": self.db_url,
-            "CITEBOT_REDIS__URL": redis_url,
-            "CITEBOT_REDIS__NAMESPACE": "citebot-demo",
-            "CITEBOT_DISCOURSE__BASE_URL": self.forum_url,
-            "CITEBOT_DISCOURSE__API_KEY": self.api_key,
-            "CITEBOT_DISCOURSE__API_USERNAME": BOT,
-            "CITEBOT_DISCOURSE__BOT_USERNAME": BOT,
-            "CITEBOT_DISCOURSE__WEBHOOK_SECRET": self.webhook_secret,
-            "CITEBOT_EMBEDDINGS__PROVIDER": "tei",
-            "CITEBOT_EMBEDDINGS__BASE_URL": models,
-            "CITEBOT_RERANKER__BASE_URL": models,
+            "database": {"url": self.db_url},
+            "redis": {"url": redis_url, "namespace": "citebot-demo"},
+            "discourse": {
+                "base_url": self.forum_url,
+                "api_key": self.api_key,
+                "api_username": BOT,
+                "bot_username": BOT,
+                "webhook_secret": self.webhook_secret,
+            },
+            "embeddings": {"provider": "tei", "base_url": models},
             # The local scorer on a shared 2-core machine can take a few seconds under load.
-            "CITEBOT_RERANKER__TIMEOUT_S": "20",
-            "CITEBOT_FLAGS__CACHE_TTL_S": "5",
-            "LOCAL_FORUM_SESSION_KEY": self.session_key,
-        } | {k: v for k, v in os.environ.items() if k.startswith("CITEBOT_LLM__")}
+            "reranker": {"base_url": models, "timeout_s": 20},
+            "flags": {"cache_ttl_s": 5},
+        }
 
     # -- ask and show ------------------------------------------------------------------------------------
 
-    def _ask(self, procs: Processes) -> bool:
+    def _ask(self, launcher: Launcher) -> bool:
         step = self.steps.step
         results: dict[str, tuple[Question, Reply]] = {}
         with httpx.Client(timeout=10) as http:
@@ -275,7 +268,7 @@ class Demo:
                     )
                 deadline = time.monotonic() + self.reply_timeout
                 while len(results) < len(asked):
-                    procs.check_alive()
+                    launcher.procs.check_alive()
                     for q in asked:
                         if q.label in results:
                             continue
@@ -285,7 +278,7 @@ class Demo:
                             self._show(member, q, reply)
                     if time.monotonic() > deadline:
                         raise DemoError(
-                            f"no reply within {self.reply_timeout:.0f} s", procs.log_path("worker")
+                            f"no reply within {self.reply_timeout:.0f} s", launcher.procs.log_path("worker")
                         )
                     time.sleep(0.3)
             with step("checks"):
@@ -344,10 +337,10 @@ class Demo:
 
     # -- --keep ----------------------------------------------------------------------------------------
 
-    def _save_redis(self, redis: RedisServer) -> None:
+    def _save_redis(self) -> None:
         data = json.loads(self.paths.pids.read_text("utf-8"))
-        if redis.proc is not None:
-            data = {"redis": redis.proc.pid, **data}
+        if self.redis.proc is not None:
+            data = {"redis": self.redis.proc.pid, **data}
         self.paths.pids.write_text(json.dumps(data), "utf-8")
 
     def _print_keep(self) -> None:
@@ -371,25 +364,8 @@ class Demo:
         )
 
     def _env_for_shell(self) -> dict[str, str]:
-        return {k: v for k, v in self._env(self.redis_url).items() if k.startswith("CITEBOT_")}
-
-
-def _base_env() -> dict[str, str]:
-    """The caller's environment without its citebot settings (the LLM's excepted), models offline."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("CITEBOT_") or k.startswith("CITEBOT_LLM__")
-    }
-    env.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    return env
-
-
-def _wait_log(log: Path, text: str, procs: Processes, *, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in tail(log, 200):
-        procs.check_alive()
-        if time.monotonic() > deadline:
-            raise DemoError(f"{log.stem} did not log {text!r} within {timeout_s:.0f} s", log)
-        time.sleep(0.2)
+        llm = {k: v for k, v in os.environ.items() if k.startswith("CITEBOT_LLM__")}
+        return citebot_env(self._settings(self.redis_url)) | llm
 
 
 def _rel(path: Path) -> str:

@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -157,26 +156,3 @@ def _post_id(body: bytes) -> int | None:
         return int(post["id"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-
-
-class ThreadServer:
-    """A uvicorn server for ``app`` in a daemon thread on 127.0.0.1:``port``."""
-
-    def __init__(self, app: Starlette, port: int) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{port}", daemon=True)
-        self.url = f"http://127.0.0.1:{port}"
-
-    def start(self, timeout_s: float = 20.0) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError(f"server on {self.url} did not start")
-            time.sleep(0.02)
-        return self.url
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)

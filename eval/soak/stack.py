@@ -7,8 +7,6 @@ own database; restarting the bot's must not take the forum down with it).
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import secrets
 import shutil
 import signal
@@ -20,17 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
-from pgvector import HalfVector
-from pgvector.psycopg import register_vector
 
 from eval.soak.models import DIMENSION, EMBEDDER, MODEL
-from eval.soak.relay import StormRelay, ThreadServer
-from eval.stack.postgres import EmbeddedPostgres, ensure_database, with_database
-from eval.stack.procs import CITEBOT, Child, Processes, tail
+from eval.soak.relay import StormRelay
+from eval.stack.launcher import (
+    Launcher,
+    base_env,
+    index_with,
+    poller_argv,
+    webhook_argv,
+    webhook_url,
+    worker_argv,
+)
+from eval.stack.postgres import ensure_database, with_database
+from eval.stack.procs import CITEBOT, Child, tail
 from eval.stack.redis import RedisServer, free_port
-from worker.html_text import html_to_text
-from worker.webhook import WEBHOOK_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "eval" / "data" / "urho3d-sample"
@@ -82,14 +84,12 @@ class SoakStack:
         self.ports = {name: free_port() for name in ("models", "forum", "webhook", "relay")}
         self.forum_url = f"http://127.0.0.1:{self.ports['forum']}"
         self.models_url = f"http://127.0.0.1:{self.ports['models']}"
-        self.webhook_url = f"http://127.0.0.1:{self.ports['webhook']}{WEBHOOK_PATH}"
-        self.pg = EmbeddedPostgres(self.cache / "soak-pg")
-        self.forum_pg = EmbeddedPostgres(self.cache / "soak-forum-pg")
+        self.webhook_url = webhook_url(self.ports["webhook"])
         self.redis_port = free_port()
-        self.redis = RedisServer(self.cache / "soak" / "redis-aof", port=self.redis_port, appendonly=True)
-        self.procs = Processes(self.logs, _base_env())
+        self.launcher = Launcher(self.logs, base_env())
+        self.procs = self.launcher.procs
         self.relay = StormRelay(self.webhook_url, seed=options.seed)
-        self.relay_server = ThreadServer(self.relay.app, self.ports["relay"])
+        self.relay_url = f"http://127.0.0.1:{self.ports['relay']}"
         self.workers: dict[int, Child] = {}
         self.restarts: dict[str, int] = {}
         self.db_url = ""
@@ -109,36 +109,32 @@ class SoakStack:
             shutil.rmtree(old, ignore_errors=True)
         for log in self.logs.glob("*.log"):  # only this run's logs in the folder
             log.unlink()
-        server = self.pg.start()
-        self.db_url = ensure_database(server, "citebot_soak", fresh=True)
-        self.forum_db_url = ensure_database(self.forum_pg.start(), "citebot_soak_forum", fresh=True)
-        redis_url = self.redis.start()
-        self.procs.env.update(self._env(redis_url))
-        self.procs.run("migrate", [*CITEBOT, "db", "migrate"])
-        index_sample(self.db_url, SAMPLE)
-        models = self.procs.start(
+        self.pg = self.launcher.embedded_postgres(self.cache / "soak-pg")
+        self.db_url = ensure_database(self.pg.url or "", "citebot_soak", fresh=True)
+        forum_pg = self.launcher.postgres(self.cache / "soak-forum-pg")
+        self.forum_db_url = ensure_database(forum_pg, "citebot_soak_forum", fresh=True)
+        self.redis = self._redis(self.cache / "soak" / "redis-aof", appendonly=True)
+        self.launcher.configure(self._settings(self.redis.url))
+        self.procs.env["LOCAL_FORUM_SESSION_KEY"] = self.session_key
+        self.launcher.run("migrate", [*CITEBOT, "db", "migrate"])
+        index_with(self.db_url, SAMPLE, EMBEDDER.vector, MODEL)
+        models = self.launcher.start(
             "models",
             [sys.executable, "-m", "eval.soak.models", "--port", str(self.ports["models"]),
              "--llm-latency-ms", str(self.o.llm_latency_ms)],
         )  # fmt: skip
-        self.relay_server.start()
-        forum = self.procs.start(
-            "forum",
-            [*CITEBOT, "forum", "serve", "--export", str(SAMPLE), "--port", str(self.ports["forum"]),
-             "--database-url", self.forum_db_url, "--webhook-url", f"{self.relay_server.url}/hook",
-             "--reload", "--admin-api-reqs-per-minute", str(self.o.forum_api_limit)],
-        )  # fmt: skip
-        self.procs.wait_http(models, f"{self.models_url}/health")
-        self.procs.wait_http(
-            forum,
-            f"{self.forum_url}/admin/site_settings.json?plugin=citebot",
+        self.launcher.on_stop(self.relay.close)
+        self.launcher.thread(self.relay.app, port=self.ports["relay"], name="relay", lifespan="off")
+        self.launcher.forum(
+            self.ports["forum"],
+            SAMPLE,
+            self.forum_db_url,
+            webhook_url=f"{self.relay_url}/hook",
             headers=self.admin_headers(),
-            timeout_s=180,
+            options=("--admin-api-reqs-per-minute", str(self.o.forum_api_limit)),
         )
-        webhook = self.procs.start(
-            "webhook", [*CITEBOT, "webhook", "serve", "--port", str(self.ports["webhook"])]
-        )
-        self.procs.wait_http(webhook, f"http://127.0.0.1:{self.ports['webhook']}/readyz")
+        self.procs.wait_http(models, f"{self.models_url}/health")
+        self.launcher.webhook(self.ports["webhook"])
         for name in FLAGS:
             r = self.http.put(
                 f"{self.forum_url}/admin/site_settings/citebot_{name}.json",
@@ -148,70 +144,41 @@ class SoakStack:
             r.raise_for_status()
         for i in range(1, self.o.workers + 1):
             self.start_worker(i)
-        self.procs.start("poller", self._poller_argv())
+        self.launcher.poller(self.o.poll_interval_s)
         self._supervising.set()
         self._supervisor.start()
 
-    def _poller_argv(self) -> list[str]:
-        return [*CITEBOT, "poll", "--interval", str(self.o.poll_interval_s)]
-
-    def _webhook_argv(self) -> list[str]:
-        return [*CITEBOT, "webhook", "serve", "--port", str(self.ports["webhook"])]
+    def _redis(self, work_dir: Path, *, appendonly: bool) -> RedisServer:
+        return self.launcher.redis_server(work_dir, port=self.redis_port, appendonly=appendonly)
 
     def down(self) -> None:
         self._supervising.clear()
         if self._supervisor.is_alive():
             self._supervisor.join(150)
-        with contextlib.suppress(Exception):
-            self.procs.stop_all()
-        with contextlib.suppress(Exception):
-            self.relay_server.stop()
-        with contextlib.suppress(Exception):
-            self.relay.close()
-        with contextlib.suppress(Exception):
-            self.redis.stop()
-        for pg in (self.pg, self.forum_pg):
-            with contextlib.suppress(Exception):
-                pg.stop()
+        self.launcher.stop()
         self.http.close()
 
-    def _env(self, redis_url: str) -> dict[str, str]:
+    def _settings(self, redis_url: str) -> dict[str, Any]:
+        o = self.o
         return {
-            "CITEBOT_DATABASE__URL": self.db_url,
-            "CITEBOT_REDIS__URL": redis_url,
-            "CITEBOT_REDIS__NAMESPACE": NAMESPACE,
+            "database": {"url": self.db_url},
             # a killed worker's messages come back within seconds, not minutes
-            "CITEBOT_REDIS__HEARTBEAT_TIMEOUT_MS": "5000",
-            "CITEBOT_REDIS__MAINTENANCE_CHANCE": "1000000",
-            "CITEBOT_DISCOURSE__BASE_URL": self.forum_url,
-            "CITEBOT_DISCOURSE__API_KEY": self.api_key,
-            "CITEBOT_DISCOURSE__API_USERNAME": BOT,
-            "CITEBOT_DISCOURSE__BOT_USERNAME": BOT,
-            "CITEBOT_DISCOURSE__WEBHOOK_SECRET": self.secret,
-            "CITEBOT_DISCOURSE__SITE_API_LIMIT_PER_MINUTE": str(self.o.forum_api_limit),
-            "CITEBOT_DISCOURSE__API_REQUESTS_PER_MINUTE": str(self.o.api_requests_per_minute),
-            "CITEBOT_DISCOURSE__API_BURST": str(self.o.api_burst),
-            "LOCAL_FORUM_SESSION_KEY": self.session_key,
-            "CITEBOT_EMBEDDINGS__PROVIDER": "tei",
-            "CITEBOT_EMBEDDINGS__BASE_URL": self.models_url,
-            "CITEBOT_EMBEDDINGS__MODEL": MODEL,
-            "CITEBOT_EMBEDDINGS__DIMENSION": str(DIMENSION),
-            "CITEBOT_RERANKER__BASE_URL": self.models_url,
-            "CITEBOT_RERANKER__TIMEOUT_S": "10",
-            "CITEBOT_LLM__BASE_URL": self.models_url,
-            "CITEBOT_LLM__MODEL": MODEL,
-            "CITEBOT_LLM__MAX_RETRIES": "2",
-            "CITEBOT_LLM__TIMEOUT_S": "30",
-            "CITEBOT_FLAGS__CACHE_TTL_S": "30",
-            # no rate limits in a soak; retries outlive the fault windows
-            "CITEBOT_LIMITS__PER_USER_PER_HOUR": "0",
-            "CITEBOT_LIMITS__PER_TOPIC_PER_HOUR": "0",
-            "CITEBOT_LIMITS__MAX_RETRIES": str(self.o.max_retries),
-            "CITEBOT_LIMITS__MIN_BACKOFF_S": "0.5",
-            "CITEBOT_LIMITS__MAX_BACKOFF_S": "5",
-            # Above MAX_BACKOFF_S: a row untouched this long has lost its message; the poller re-sends it.
-            "CITEBOT_LIMITS__POLL_STALE_AFTER_S": "30",
-        }
+            "redis": {"url": redis_url, "namespace": NAMESPACE, "heartbeat_timeout_ms": 5000,
+                      "maintenance_chance": 1000000},
+            "discourse": {"base_url": self.forum_url, "api_key": self.api_key, "api_username": BOT,
+                          "bot_username": BOT, "webhook_secret": self.secret,
+                          "site_api_limit_per_minute": o.forum_api_limit,
+                          "api_requests_per_minute": o.api_requests_per_minute, "api_burst": o.api_burst},
+            "embeddings": {"provider": "tei", "base_url": self.models_url, "model": MODEL,
+                           "dimension": DIMENSION},
+            "reranker": {"base_url": self.models_url, "timeout_s": 10},
+            "llm": {"base_url": self.models_url, "model": MODEL, "max_retries": 2, "timeout_s": 30},
+            "flags": {"cache_ttl_s": 30},
+            # no rate limits in a soak; retries outlive the fault windows. A row untouched longer than
+            # poll_stale_after_s (above max_backoff_s) has lost its message; the poller re-sends it.
+            "limits": {"per_user_per_hour": 0, "per_topic_per_hour": 0, "max_retries": o.max_retries,
+                       "min_backoff_s": 0.5, "max_backoff_s": 5, "poll_stale_after_s": 30},
+        }  # fmt: skip
 
     def admin_headers(self) -> dict[str, str]:
         return {"Api-Key": self.api_key, "Api-Username": BOT}
@@ -248,7 +215,11 @@ class SoakStack:
                         with contextlib.suppress(SoakError):  # seen again on the next pass
                             self.start_worker(int(base.split("-")[1]))
                     else:
-                        argv = self._poller_argv() if base == "poller" else self._webhook_argv()
+                        argv = (
+                            poller_argv(self.o.poll_interval_s)
+                            if base == "poller"
+                            else webhook_argv(self.ports["webhook"])
+                        )
                         self.procs.start(f"{base}-r{n}", argv)
 
     # -- workers -----------------------------------------------------------------------------------
@@ -260,7 +231,7 @@ class SoakStack:
     def _start_worker(self, index: int) -> Child:
         n = self.restarts.get(f"worker-{index}", 0)
         name = f"worker-{index}" + (f"-r{n}" if n else "")
-        child = self.procs.start(name, [*CITEBOT, "worker", "run", "--threads", str(self.o.threads)])
+        child = self.procs.start(name, worker_argv(self.o.threads))
         self.workers[index] = child
         deadline = time.monotonic() + 120
         while "worker started" not in tail(child.log, 200):
@@ -272,11 +243,7 @@ class SoakStack:
     def kill_worker(self, index: int) -> None:
         """SIGKILL the worker's whole process group (as the OOM killer would), then start a new one."""
         with self.lock:
-            child = self.workers.pop(index)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.proc.pid, signal.SIGKILL)
-            child.proc.wait(30)
-            self.procs.children.remove(child)
+            self.launcher.kill(self.workers.pop(index), signal.SIGKILL)
             self.restarts[f"worker-{index}"] = self.restarts.get(f"worker-{index}", 0) + 1
 
     # -- Redis and PostgreSQL ----------------------------------------------------------------------
@@ -287,8 +254,7 @@ class SoakStack:
         time.sleep(down_s)
         n = self.restarts["redis"] = self.restarts.get("redis", 0) + 1
         work = self.redis.work_dir if persistent else self.cache / "soak" / f"redis-mem-{n}"
-        self.redis = RedisServer(work, port=self.redis_port, appendonly=persistent)
-        self.redis.start()
+        self.redis = self._redis(work, appendonly=persistent)
 
     def restart_postgres(self, *, down_s: float) -> None:
         """Stop the bot's PostgreSQL (fast shutdown: every connection is cut) and start it again."""
@@ -326,35 +292,6 @@ class SoakStack:
         return data
 
 
-def index_sample(db_url: str, export: Path) -> int:
-    """Fill post_index from the export with the fake TEI's vectors (what a backfill would write)."""
-    rows = 0
-    with psycopg.connect(db_url) as conn:
-        register_vector(conn)
-        for path in sorted((export / "topics").glob("*.json")):
-            topic = json.loads(path.read_text("utf-8"))
-            for post in topic["post_stream"]["posts"]:
-                text = html_to_text(post["cooked"])
-                conn.execute(
-                    "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title,"
-                    " category_id, text, digest, model, embedding)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, '\\x00', %s, %s) ON CONFLICT DO NOTHING",
-                    (
-                        post["id"], topic["id"], post["post_number"], topic["slug"], topic["title"],
-                        topic["category_id"], text, MODEL,
-                        HalfVector(EMBEDDER.vector(f"{topic['title']}\n{text}")),
-                    ),
-                )  # fmt: skip
-                rows += 1
-    return rows
-
-
 def _supervised(name: str) -> bool:
     base = name.split("-r")[0]
     return base in ("poller", "webhook") or base.startswith("worker-")
-
-
-def _base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CITEBOT_")}
-    env.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    return env

@@ -52,6 +52,7 @@ class EmbeddedPostgres:
         self.data_dir = data_dir.resolve()
         self.keep_running = keep_running
         self._server: object | None = None
+        self.url: str | None = None  # of the ``postgres`` database, once started
 
     def start(self) -> str:
         """Start (or attach to) the server and return the URL of its ``postgres`` database."""
@@ -69,6 +70,7 @@ class EmbeddedPostgres:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         log.info("embedded postgres ready in %s", self.data_dir)
+        self.url = url
         return url
 
     def stop(self) -> None:

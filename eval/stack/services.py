@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any
 
 from eval.stack.forum.thread import LIFTED_BUDGET, ForumThread
+from eval.stack.launcher import Launcher
 from worker.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,8 @@ def configured_settings() -> Settings | None:
 
 
 class EmbeddedStack:
-    """Starts (and stops) the embedded PostgreSQL, the local forum and the local model server."""
+    """Starts (and stops, with the stack launcher) the embedded PostgreSQL, the local forum and the local
+    model server, the last two in this process."""
 
     def __init__(
         self,
@@ -63,44 +65,46 @@ class EmbeddedStack:
         rerank_timeout_s: float = EVAL_TIMEOUT_S,
         name: str | None = None,
         server_url: str | None = None,
+        models: Any = None,
+        fresh_index: bool = False,
     ) -> None:
         self.export = export.resolve()
         self.server_url = server_url  # a PostgreSQL server to use instead of starting one in ``cache``
         self.cache = cache
         self.rerank_timeout_s = rerank_timeout_s
         self.name = name or export_key(self.export)
-        self._pg: Any = None
+        self.models = models  # a ModelServerThread not started yet; default: ``load_models()``'s
+        self.fresh_index = fresh_index  # drop the post index left by an earlier run
+        self._launcher: Launcher | None = None
         self._store: Any = None
-        self._forum: ForumThread | None = None
-        self._models: Any = None
 
     def start(self) -> Endpoints:
         from eval.stack.forum.loader import load_export
         from eval.stack.forum.store import ForumStore
         from eval.stack.modelserver.server import ModelServerThread, load_models
-        from eval.stack.postgres import EmbeddedPostgres, ensure_database
+        from eval.stack.postgres import ensure_database
         from worker.db.migrate import migrate
 
+        launcher = self._launcher = Launcher(self.cache.parent / "eval-logs")
         try:
-            if self.server_url is None:
-                self._pg = EmbeddedPostgres(self.cache)
-                url = self._pg.start()
-            else:
-                url = self.server_url
+            url = launcher.postgres(self.cache, url=self.server_url)
             forum_db = ensure_database(url, f"citebot_eval_forum_{self.name}")
-            self._store = ForumStore(forum_db)
-            self._store.init_schema()
-            meta = self._store.meta()
+            store = self._store = ForumStore(forum_db)
+            launcher.on_stop(self._close_store)
+            store.init_schema()
+            meta = store.meta()
             if meta is None or meta["export"] != str(self.export):
-                report = load_export(self._store, self.export)
+                report = load_export(store, self.export)
                 log.info(
                     "forum: loaded %d topics, %d posts in %.1f s", report.topics, report.posts, report.seconds
                 )
-            self._forum = ForumThread(self._store)
-            forum_url = self._forum.start()
-            self._models = ModelServerThread(*load_models())
-            model_url = self._models.start(timeout=120)
-            index_db = ensure_database(url, f"citebot_eval_{self.name}")
+            forum = ForumThread(store)
+            forum_url = forum.start()
+            launcher.on_stop(forum.stop)
+            models = self.models or ModelServerThread(*load_models())
+            model_url = models.start(timeout_s=120)
+            launcher.on_stop(models.stop)
+            index_db = ensure_database(url, f"citebot_eval_{self.name}", fresh=self.fresh_index)
             settings = Settings.model_validate(
                 {
                     "database": {"url": index_db},
@@ -119,6 +123,11 @@ class EmbeddedStack:
             self.stop()
             raise
         return Endpoints(settings, embedded=True)
+
+    def _close_store(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     @contextmanager
     def hidden(self, post_ids: Sequence[int]) -> Iterator[None]:
@@ -142,18 +151,9 @@ class EmbeddedStack:
                 store.set_deleted(pid, False)
 
     def stop(self) -> None:
-        if self._models is not None:
-            self._models.stop()
-            self._models = None
-        if self._forum is not None:
-            self._forum.stop()
-            self._forum = None
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        if self._pg is not None:
-            self._pg.stop()
-            self._pg = None
+        if self._launcher is not None:
+            self._launcher.stop()
+            self._launcher = None
 
     def __enter__(self) -> Endpoints:
         return self.start()

@@ -15,8 +15,7 @@ import pytest
 
 from backfill.embedders import NullEmbedder
 from eval.soak.models import DIMENSION, MODEL, Knobs, create_app
-from eval.soak.relay import ThreadServer
-from eval.stack.redis import free_port
+from eval.stack.launcher import AppThread
 from worker.clients.embeddings import TeiEmbedder, build_embedder
 from worker.clients.llm import OpenAIChatClient
 from worker.clients.tei import TeiReranker
@@ -29,10 +28,8 @@ from worker.testing.models import FakeEmbedder, FakeReranker
 @pytest.fixture(scope="module")
 def double_url() -> Iterator[str]:
     """The TEI + OpenAI double, served by uvicorn on a free loopback port for this module."""
-    server = ThreadServer(create_app(Knobs()), free_port())
-    url = server.start()
-    yield url
-    server.stop()
+    with AppThread(create_app(Knobs()), name="models", lifespan="off") as server:
+        yield server.url
 
 
 @pytest.fixture

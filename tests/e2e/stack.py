@@ -7,12 +7,8 @@ the forum double's ``ForumConfig`` fields (its API budget, review queue, …).
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -23,21 +19,19 @@ from typing import Any
 import httpx
 import psycopg
 import redis.asyncio as aredis_lib
-from pgvector import HalfVector
-from pgvector.psycopg import register_vector
 from pydantic import SecretStr
 
 from eval.stack.forum.app import ForumApp, ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
+from eval.stack.launcher import Launcher, index_with
+from eval.stack.procs import Child
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.e2e.servers import EMBEDDER, FakeLlm, FakeTei
 from tests.eval.forum.export import TOPICS, write_export
-from tests.eval.forum.serving import serve
 from worker.actors import DramatiqIntake, declare_actors
 from worker.broker import build_broker
 from worker.clients.discourse import DiscourseClient
-from worker.html_text import html_to_text
 from worker.runtime import Runtime
 from worker.settings import Settings
 from worker.webhook import WEBHOOK_PATH, create_app
@@ -61,26 +55,23 @@ class Stack:
     tei: FakeTei
     llm: FakeLlm
     db_url: str
-    env: dict[str, str]
+    launcher: Launcher
     http: httpx.Client
-    log_path: Path | None = None
-    worker: subprocess.Popen[bytes] | None = None
+    worker: Child | None = None
+    starts: int = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment of the stack's citebot processes."""
+        return self.launcher.env
 
     def start_worker(self) -> None:
-        log = self.log_path.open("ab") if self.log_path else None
-        self.worker = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker", "run", "--threads", "2"],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=log if log is not None else subprocess.DEVNULL,
-        )
-        if log is not None:
-            log.close()  # the child has its own descriptor
+        self.starts += 1
+        self.worker = self.launcher.worker(f"worker-{self.starts}")
 
     def stop_worker(self, sig: int = signal.SIGTERM) -> None:
         if self.worker is not None:
-            self.worker.send_signal(sig)
-            self.worker.wait(60)
+            self.launcher.kill(self.worker, sig)
             self.worker = None
 
     def admin(self) -> DiscourseClient:
@@ -177,31 +168,6 @@ def wait_for(condition: Callable[[], Any], timeout_s: float = 45.0, what: str = 
         time.sleep(0.1)
 
 
-def _index_export(db_url: str, export: Path) -> None:
-    """Fill post_index from the export with the fake TEI's vectors (what a backfill would write)."""
-    with psycopg.connect(db_url) as conn:
-        register_vector(conn)
-        for path in sorted((export / "topics").glob("*.json")):
-            topic = json.loads(path.read_text())
-            for post in topic["post_stream"]["posts"]:
-                text = html_to_text(post["cooked"])
-                conn.execute(
-                    "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title,"
-                    " category_id, text, digest, model, embedding)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, '\\x00', 'test-model', %s)",
-                    (
-                        post["id"],
-                        topic["id"],
-                        post["post_number"],
-                        topic["slug"],
-                        topic["title"],
-                        topic["category_id"],
-                        text,
-                        HalfVector(EMBEDDER.vector(f"{topic['title']}\n{text}")),
-                    ),
-                )
-
-
 @contextmanager
 def open_stack(
     db_url: str,
@@ -216,7 +182,7 @@ def open_stack(
     export = write_export(tmp_path / "export", topics)
     store = ForumStore(db_url)
     load_export(store, export)
-    _index_export(db_url, export)
+    index_with(db_url, export, EMBEDDER.vector, "test-model")
     base = make_settings(db_url, redis_url)
     broker = build_broker(base.redis)
 
@@ -230,7 +196,12 @@ def open_stack(
         aredis_lib.Redis.from_url(redis_url),
     )
     tei, llm = FakeTei(), FakeLlm(LLM_REPLY)
-    with serve(webhook_app) as webhook_url, serve(tei.app) as tei_url, serve(llm.app) as llm_url:
+    with Launcher(tmp_path / "logs") as launcher:
+        launcher.on_stop(store.close)
+        launcher.on_stop(broker.close)
+        webhook_url = launcher.thread(webhook_app, name="webhook", lifespan="on")
+        tei_url = launcher.thread(tei.app, name="tei", lifespan="on")
+        llm_url = launcher.thread(llm.app, name="llm", lifespan="on")
         config = ForumConfig(
             api_key=KEY,
             session_key=SESSION,
@@ -239,45 +210,35 @@ def open_stack(
             admins=("system", "citebot"),
         )
         app = create_forum_app(store, replace(config, **(forum or {})))
-        with serve(app.app) as forum_url:
-            app.config.base_url = forum_url
-            worker_env = {
-                **os.environ,
-                "CITEBOT_DATABASE__URL": db_url,
-                "CITEBOT_REDIS__URL": redis_url,
-                "CITEBOT_REDIS__NAMESPACE": REDIS_NAMESPACE,
-                "CITEBOT_REDIS__HEARTBEAT_TIMEOUT_MS": "2000",
-                "CITEBOT_REDIS__MAINTENANCE_CHANCE": "1000000",
-                "CITEBOT_DISCOURSE__BASE_URL": forum_url,
-                "CITEBOT_DISCOURSE__API_KEY": KEY,
-                "CITEBOT_DISCOURSE__API_USERNAME": "citebot",
-                "CITEBOT_EMBEDDINGS__PROVIDER": "tei",
-                "CITEBOT_EMBEDDINGS__BASE_URL": tei_url,
-                "CITEBOT_EMBEDDINGS__MODEL": "test-model",
-                "CITEBOT_EMBEDDINGS__DIMENSION": "8",
-                "CITEBOT_RERANKER__BASE_URL": tei_url,
-                "CITEBOT_LLM__BASE_URL": llm_url,
-                "CITEBOT_LLM__MAX_RETRIES": "3",
-                "CITEBOT_FLAGS__CACHE_TTL_S": "2",
-                "CITEBOT_LIMITS__MIN_BACKOFF_S": "0.5",
-                "CITEBOT_LIMITS__MAX_BACKOFF_S": "2",
-                **(env or {}),
+        launcher.on_stop(app.close)
+        forum_url = launcher.thread(app.app, name="forum", lifespan="on")
+        app.config.base_url = forum_url
+        discourse = {"base_url": forum_url, "api_key": KEY, "api_username": "citebot"}
+        launcher.configure(
+            {
+                "database": {"url": db_url},
+                "redis": {
+                    "url": redis_url,
+                    "namespace": REDIS_NAMESPACE,
+                    "heartbeat_timeout_ms": 2000,
+                    "maintenance_chance": 1000000,
+                },
+                "discourse": discourse,
+                "embeddings": {"provider": "tei", "base_url": tei_url, "model": "test-model", "dimension": 8},
+                "reranker": {"base_url": tei_url},
+                "llm": {"base_url": llm_url, "max_retries": 3},
+                "flags": {"cache_ttl_s": 2},
+                "limits": {"min_backoff_s": 0.5, "max_backoff_s": 2},
             }
-            settings = make_settings(
-                db_url,
-                redis_url,
-                discourse={"base_url": forum_url, "api_key": KEY, "api_username": "citebot"},
-            )
-            with httpx.Client(timeout=10) as http:
-                s = Stack(
-                    settings, app, forum_url, tei, llm, db_url, worker_env, http, tmp_path / "worker.log"
-                )
-                s.flags(enabled=True, posts_pipeline=True, input_gate=True, rerank=True, post_links=True)
-                s.start_worker()
-                try:
-                    yield s
-                finally:
-                    s.stop_worker(signal.SIGKILL)
-                    app.close()
-    broker.close()
-    store.close()
+        )
+        launcher.env.update(env or {})
+        settings = make_settings(db_url, redis_url, discourse=discourse)
+        http = httpx.Client(timeout=10)
+        launcher.on_stop(http.close)
+        s = Stack(settings, app, forum_url, tei, llm, db_url, launcher, http)
+        s.flags(enabled=True, posts_pipeline=True, input_gate=True, rerank=True, post_links=True)
+        s.start_worker()
+        try:
+            yield s
+        finally:
+            s.stop_worker(signal.SIGKILL)

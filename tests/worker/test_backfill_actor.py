@@ -12,10 +12,10 @@ import dramatiq
 import psycopg
 import pytest
 
+from eval.stack.launcher import serve
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.e2e.servers import FakeTei
 from tests.eval.forum.export import write_export
-from tests.eval.forum.serving import serve
 from worker.actors import declare_actors
 from worker.broker import build_broker
 from worker.runtime import Runtime

@@ -19,9 +19,9 @@ import redis.asyncio as aredis_lib
 from eval.stack.forum.app import ForumApp, ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
+from eval.stack.launcher import serve
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.eval.forum.export import write_export
-from tests.eval.forum.serving import serve
 from worker.actors import Actors, DramatiqIntake, declare_actors, run_poll
 from worker.broker import build_broker
 from worker.runtime import Runtime, RuntimeProvider

@@ -17,8 +17,8 @@ from starlette.testclient import TestClient
 from eval.stack.forum.app import ForumApp, ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export, parse_raw_file
 from eval.stack.forum.store import ForumStore
+from eval.stack.launcher import serve
 from tests.eval.forum.export import write_export
-from tests.eval.forum.serving import serve
 from worker.clients.discourse import DiscourseClient
 from worker.errors import AuthError, NotFoundError, RateLimitedError, ServiceUnavailableError, ValidationError
 from worker.settings import DiscourseSettings
