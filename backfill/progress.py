@@ -1,10 +1,17 @@
-"""Progress of a run: a tqdm bar with rate and ETA on a terminal, a log line every so often otherwise."""
+"""Progress of a run: a tqdm bar with rate and ETA on a terminal, a log line every so often otherwise.
+
+The run advances it per embedding batch (tens of posts), not per committed page (a thousand), so the
+rate and the ETA show within the first seconds; posts that need no embedding (unchanged, ineligible)
+count as soon as their page is read. Embedding threads call :meth:`Progress.advance`, hence the lock.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -12,17 +19,31 @@ log = logging.getLogger(__name__)
 
 
 class Progress:
-    """Counts posts seen; ``interactive`` None means: a bar when stderr is a terminal."""
+    """Counts posts seen; ``interactive`` None means: a bar when stderr is a terminal.
+
+    Without a bar, the first log line comes ``first_s`` after the start and then one every ``every_s``.
+    """
 
     def __init__(
-        self, total: int | None, *, interactive: bool | None = None, every_s: float = 30.0, label: str = ""
+        self,
+        total: int | None,
+        *,
+        interactive: bool | None = None,
+        every_s: float = 30.0,
+        first_s: float = 3.0,
+        label: str = "",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.total = total
         self.done = 0
+        self.embedded = 0
+        self.skipped = 0
         self.every_s = every_s
         self.label = label
-        self._start = time.monotonic()
-        self._last_log = self._start
+        self._clock = clock
+        self._start = clock()
+        self._next_log = self._start + first_s
+        self._lock = threading.Lock()
         self._bar: Any = None
         if interactive is None:
             interactive = sys.stderr.isatty()
@@ -31,20 +52,25 @@ class Progress:
 
             self._bar = tqdm(total=total, unit="post", desc=label or "backfill", smoothing=0.05)
 
-    def update(self, n: int, **postfix: int) -> None:
-        self.done += n
-        if self._bar is not None:
-            self._bar.update(n)
-            if postfix:
-                self._bar.set_postfix(postfix, refresh=False)
-            return
-        now = time.monotonic()
-        if now - self._last_log >= self.every_s:
-            self._last_log = now
-            log.info("%s", self.line(), extra={k: v for k, v in postfix.items()})
+    def advance(self, seen: int, *, embedded: int = 0, skipped: int = 0) -> None:
+        """``seen`` more posts handled, of which ``embedded`` were embedded and ``skipped`` unchanged."""
+        with self._lock:
+            self.done += seen
+            self.embedded += embedded
+            self.skipped += skipped
+            if self._bar is not None:
+                self._bar.set_postfix({"embedded": self.embedded, "skipped": self.skipped}, refresh=False)
+                self._bar.update(seen)
+                return
+            now = self._clock()
+            if now < self._next_log:
+                return
+            self._next_log = now + self.every_s
+            line = self.line()
+        log.info("%s", line, extra={"embedded": self.embedded, "skipped": self.skipped})
 
     def line(self) -> str:
-        elapsed = max(1e-9, time.monotonic() - self._start)
+        elapsed = max(1e-9, self._clock() - self._start)
         rate = self.done / elapsed
         if self.total:
             left = max(0, self.total - self.done)
@@ -52,9 +78,9 @@ class Progress:
             pct = 100.0 * self.done / self.total
             return (
                 f"{self.label} {self.done}/{self.total} posts ({pct:.1f}%), "
-                f"{rate:.0f} posts/s, ETA {eta:.0f} s"
+                f"{rate:.1f} posts/s, ETA {_duration(eta)}"
             )
-        return f"{self.label} {self.done} posts, {rate:.0f} posts/s"
+        return f"{self.label} {self.done} posts, {rate:.1f} posts/s"
 
     def close(self) -> None:
         if self._bar is not None:
@@ -68,3 +94,15 @@ class Progress:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 20 s``, ``2 h 05 min``; ``?`` before the first post."""
+    if seconds == float("inf"):
+        return "?"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"

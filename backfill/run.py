@@ -43,6 +43,7 @@ class BackfillOptions:
     concurrency: int = 2
     max_tokens: int = 256
     progress: bool | None = None
+    progress_every_s: float = 30.0  # without a terminal: one progress line this often (the first sooner)
     build_index: bool = True  # False leaves a dropped index missing (benchmarks; a later run builds it)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     excluded_authors: tuple[str, ...] = ()  # the bot's own replies are never indexed
@@ -77,6 +78,18 @@ class Summary:
             f"ineligible {self.ineligible}; {self.duration_s:.1f} s"
             + (f" (index build {self.index_build_s:.1f} s)" if self.index_build_s else "")
         )
+
+
+class BackfillInterrupted(KeyboardInterrupt):
+    """The run was stopped (Ctrl-C, SIGTERM) after saving its finished pages and its checkpoint.
+
+    A ``KeyboardInterrupt``, so that whatever stops on Ctrl-C still stops; it carries the run's
+    ``summary`` (status ``interrupted``, also recorded in ``backfill_state``). The same command resumes.
+    """
+
+    def __init__(self, summary: Summary) -> None:
+        super().__init__(summary.line())
+        self.summary = summary
 
 
 @dataclass(slots=True)
@@ -124,7 +137,7 @@ class _Run:
     def stats(self) -> dict[str, float]:
         return {k: float(self.counts[k]) for k in ("seen", "embedded", "skipped", "removed", "failed")}
 
-    def plan(self, batch: SourceBatch, pool: ThreadPoolExecutor) -> _Page:
+    def plan(self, batch: SourceBatch, pool: ThreadPoolExecutor, progress: Progress | None = None) -> _Page:
         t0 = time.perf_counter()
         existing = self.reader.digests(batch.lo, batch.hi)
         t1 = time.perf_counter()
@@ -150,17 +163,20 @@ class _Run:
         # length costs far less compute than the same page in id order (measured ~2-3x with MiniLM).
         page.to_embed.sort(key=lambda p: len(p.text))
         size = self.options.batch_size
+        if progress is not None and len(batch.posts) > len(page.to_embed):
+            # what needs no embedding (unchanged, ineligible) is done as soon as it is read
+            progress.advance(len(batch.posts) - len(page.to_embed), skipped=page.skipped)
         for start in range(0, len(page.to_embed), size):
             texts = [p.text for p in page.to_embed[start : start + size]]
             fut = pool.submit(embed_batch, self.embedder, texts, policy=self.options.retry, sleep=self.sleep)
+            if progress is not None:
+                fut.add_done_callback(_advance_on(progress, len(texts)))
             page.futures.append((start, fut))
         self.timings["digest_lookup"] += t1 - t0
         self.timings["prepare"] += time.perf_counter() - t1
         return page
 
-    def commit(
-        self, page: _Page, progress: Progress | None, *, checkpoint: bool = True, partial: bool = False
-    ) -> None:
+    def commit(self, page: _Page, *, checkpoint: bool = True, partial: bool = False) -> None:
         """Write a page; ``partial`` writes only its finished embeddings (no sweep, no checkpoint)."""
         t0 = time.perf_counter()
         ok_posts: list[PreparedPost] = []
@@ -202,10 +218,6 @@ class _Run:
             ineligible=sum(page.reasons.values()),
         )
         self.reasons.update(page.reasons)
-        if progress is not None:
-            progress.update(
-                len(batch.posts), embedded=self.counts["embedded"], skipped=self.counts["skipped"]
-            )
 
     def batches(self, cursor: int | None) -> Iterator[SourceBatch]:
         """The source's batches, cut at ``--limit``; timed as the read stage."""
@@ -243,11 +255,11 @@ class _Run:
                 writing.result()
                 writing = None
             in_write = pending.popleft()
-            writing = writer.submit(self.commit, in_write, progress)
+            writing = writer.submit(self.commit, in_write)
 
         try:
             for batch in self.batches(cursor):
-                pending.append(self.plan(batch, pool))
+                pending.append(self.plan(batch, pool, progress))
                 # Keep about one page of embedding requests queued behind the one being written.
                 while pending and (len(pending) > 2 or all(f.done() for _s, f in pending[0].futures)):
                     hand_over()
@@ -274,11 +286,21 @@ class _Run:
         for page in pending:
             done = all(_succeeded(f) for _s, f in page.futures)
             try:
-                self.commit(page, None, checkpoint=contiguous, partial=not done)
+                self.commit(page, checkpoint=contiguous, partial=not done)
             except Exception:  # the original failure matters more
                 log.exception("could not save a finished page after the failure")
                 return
             contiguous = contiguous and done
+
+
+def _advance_on(progress: Progress, n: int) -> Callable[[Future[EmbedResult]], None]:
+    """A done-callback: ``n`` posts of one embedding batch are handled (failed or not)."""
+
+    def done(fut: Future[EmbedResult]) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            progress.advance(n, embedded=len(fut.result().ok))
+
+    return done
 
 
 def _succeeded(fut: Future[EmbedResult]) -> bool:
@@ -345,10 +367,10 @@ def run_backfill(
 
         indexed = store.count()
         live = indexed > 0
-        remaining = source.estimate(cursor)
-        # A bulk load: into an empty table, or one that will at least triple it. (Not "remaining >
-        # indexed": a new pass over an unchanged forum also reads its ineligible posts, and must not
-        # drop and rebuild the index of a live table for nothing.)
+        remaining = _capped(source.estimate(cursor), options.limit)
+        # A bulk load: into an empty table, or one that will at least triple it; anything smaller (a
+        # `--limit 100`, a new pass over an unchanged forum, which also reads its ineligible posts) is
+        # written into the live index in place, never dropped and rebuilt for nothing.
         bulk = not live or (remaining is not None and remaining > BULK_FACTOR * indexed)
         if bulk and index_state(conn) != "missing":
             drop_index(conn)
@@ -357,14 +379,24 @@ def run_backfill(
         run = _Run(store, reader, source, embedder, options, restricted, sleep, tokenizer)
         status = "failed"
         build_s = 0.0
+        stopped: KeyboardInterrupt | None = None
         try:
-            with Progress(remaining, interactive=options.progress, label=source.key) as progress:
-                run.pump(cursor, progress)
-            status = "done" if run.exhausted else "idle"
-            t0 = time.perf_counter()
-            if options.build_index:
-                build_s = build_index(database.url, concurrently=live)
-            run.timings["index_build"] += time.perf_counter() - t0
+            try:
+                with Progress(
+                    remaining,
+                    interactive=options.progress,
+                    every_s=options.progress_every_s,
+                    first_s=min(3.0, options.progress_every_s),
+                    label=source.key,
+                ) as progress:
+                    run.pump(cursor, progress)
+                status = "done" if run.exhausted else "idle"
+                t0 = time.perf_counter()
+                if options.build_index:
+                    build_s = build_index(database.url, concurrently=live)
+                run.timings["index_build"] += time.perf_counter() - t0
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM made one by the CLI: resumable
+                status, stopped = "interrupted", exc
         finally:
             summary = Summary(
                 source=source.key,
@@ -383,14 +415,23 @@ def run_backfill(
             )
             try:
                 conn.rollback()
-                if status == "failed" and index_state(conn) != "valid":
+                if status in ("failed", "interrupted") and index_state(conn) != "valid":
                     log.warning("the HNSW index is missing until the next backfill run completes")
                 store.finish_run(source.key, status, summary.as_dict())
             except psycopg.Error:  # the database went away: the original error matters more
                 log.warning("could not record the outcome of the run", exc_info=True)
     # Each caller reports the summary once (the CLI prints it, the actor and the eval log it).
     log.debug("%s", summary.line())
+    if stopped is not None:
+        raise BackfillInterrupted(summary) from stopped
     return summary
 
 
-__all__ = ["BackfillOptions", "Summary", "run_backfill"]
+def _capped(estimate: int | None, limit: int | None) -> int | None:
+    """What this run will read at most: the source's estimate, cut at ``--limit``."""
+    if limit is None:
+        return estimate
+    return limit if estimate is None else min(estimate, limit)
+
+
+__all__ = ["BackfillInterrupted", "BackfillOptions", "Summary", "run_backfill"]

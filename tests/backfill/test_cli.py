@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +79,51 @@ def test_model_change_is_refused_with_a_clear_message(
 def test_missing_path_is_a_usage_error(env: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["backfill", "--source", "file"]) == 2
     assert "--path" in capsys.readouterr().err
+
+
+def test_ctrl_c_prints_one_summary_records_interrupted_and_the_same_command_resumes(
+    env: tuple[str, Path],
+) -> None:
+    url, export = env
+    for topic in (100, 1036):  # 37 + 93 posts, committed 5 at a time
+        shutil.copy(ARCHIVE / "topics" / f"{topic}.json", export / "topics" / f"{topic}.json")
+    command = [sys.executable, "-m", "worker.cli", "backfill", "--source", "file", "--path", str(export)]
+    proc = subprocess.Popen(
+        [*command, "--page-size", "5", "--progress", "log"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        with psycopg.connect(url, autocommit=True) as conn:  # wait for the first committed page
+            while time.monotonic() < deadline and proc.poll() is None:
+                row = conn.execute("SELECT cursor FROM backfill_state").fetchone()
+                if row is not None and row[0]:
+                    break
+                time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert out.count("interrupted; seen") == 1, out  # one summary, on stdout
+    assert "run the same command again to resume" in err
+    assert "Traceback" not in err
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT status, cursor FROM backfill_state").fetchone()
+        indexed_before = conn.execute("SELECT count(*) FROM post_index").fetchone()
+    assert row is not None
+    assert row[0] == "interrupted"
+    assert indexed_before is not None
+    again = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=600, check=False)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "done"
+    assert summary["resumed_from"] == row[1]["post_id"]
+    with psycopg.connect(url) as conn:
+        total = conn.execute("SELECT count(*) FROM post_index").fetchone()
+    assert total is not None
+    assert total[0] == indexed_before[0] + summary["embedded"]

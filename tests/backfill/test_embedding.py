@@ -56,7 +56,7 @@ def test_a_permanent_error_fails_only_the_bad_text() -> None:
 
 def test_progress_logs_rate_and_eta_without_a_terminal(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="backfill.progress")
-    with Progress(200, interactive=False, every_s=0.0, label="file:x") as progress:
-        progress.update(50, embedded=40)
+    with Progress(200, interactive=False, every_s=0.0, first_s=0.0, label="file:x") as progress:
+        progress.advance(50, embedded=40)
     assert "file:x 50/200 posts (25.0%)" in caplog.text
     assert "ETA" in caplog.text

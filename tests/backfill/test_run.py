@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
 import threading
 
 import psycopg
@@ -10,7 +12,7 @@ import pytest
 
 from backfill.embedders import NullEmbedder
 from backfill.lock import BackfillBusyError, BackfillLock
-from backfill.run import BackfillOptions, run_backfill
+from backfill.run import BackfillInterrupted, BackfillOptions, run_backfill
 from backfill.sources import SourcePost
 from backfill.sources.memory import MemorySource
 from tests.backfill.conftest import TEST_MODEL, edited, make_post
@@ -174,13 +176,16 @@ def test_resume_after_an_interruption_embeds_nothing_twice(
 ) -> None:
     source = MemorySource(corpus(20))
     first = Interrupting(at_call=5)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(BackfillInterrupted) as info:  # a KeyboardInterrupt that carries the summary
         run_backfill(database, source, first, options)
+    assert info.value.summary.status == "interrupted"
+    assert info.value.summary.seen >= 4
     with psycopg.connect(db_url) as conn:
-        state = conn.execute("SELECT status, cursor FROM backfill_state").fetchone()
+        state = conn.execute("SELECT status, cursor, stats FROM backfill_state").fetchone()
     assert state is not None
-    assert state[0] == "failed"
+    assert state[0] == "interrupted"  # not "failed": nothing went wrong, and the same command resumes
     assert state[1]["post_id"] >= 4
+    assert state[2]["status"] == "interrupted"
     second = NullEmbedder(8, model=TEST_MODEL)
     summary = run_backfill(database, source, second, options)
     assert summary.resumed_from == state[1]["post_id"]
@@ -299,6 +304,46 @@ def test_large_load_into_a_live_table_rebuilds_the_index_concurrently(
         ).fetchone()
     assert valid == (True,)
     assert len(indexed(db_url)) == 12
+
+
+def _index_oid(db_url: str) -> int | None:
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT to_regclass('post_index_embedding_hnsw')::oid").fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def test_a_small_run_updates_the_live_index_in_place(
+    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+) -> None:
+    source = MemorySource(corpus(60))
+    run_backfill(database, source, embedder, dataclasses.replace(options, limit=10))
+    before = _index_oid(db_url)
+    assert before is not None
+    # 50 posts are left (> 2 x 10 indexed), but this run reads only 5 of them: no drop, no rebuild.
+    small = run_backfill(database, source, embedder, dataclasses.replace(options, limit=5))
+    assert (small.seen, small.index_build_s) == (5, 0)
+    assert _index_oid(db_url) == before
+    assert len(indexed(db_url)) == 15
+    # The rest is a bulk load again (45 > 2 x 15): dropped and built once, concurrently.
+    rest = run_backfill(database, source, embedder, options)
+    assert rest.index_build_s > 0
+    assert _index_oid(db_url) not in (None, before)
+
+
+def test_progress_moves_per_embedding_batch_with_rate_and_eta(
+    database: DatabaseSettings, embedder: NullEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="backfill.progress")
+    one_page = BackfillOptions(
+        page_size=1000, batch_size=2, concurrency=2, progress=False, progress_every_s=0
+    )
+    run_backfill(database, MemorySource([*corpus(20), make_post(21, hidden=True)]), embedder, one_page)
+    lines = [r.getMessage() for r in caplog.records if r.name == "backfill.progress"]
+    assert lines, "no progress line"
+    assert "posts/s, ETA" in lines[0]
+    done = sorted(int(re.search(r" (\d+)/21 posts", line).group(1)) for line in lines)  # type: ignore[union-attr]
+    # One page of 21 posts: the ineligible one as soon as it is read, then one step per batch of 2.
+    assert done == [1, *range(3, 22, 2)]
 
 
 def test_limit_cuts_a_page_keeping_its_coverage_in_both_directions() -> None:

@@ -53,6 +53,7 @@ def register(group: argparse.ArgumentParser) -> None:
 def _backfill(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     from backfill.compose import run_configured
+    from backfill.run import BackfillInterrupted, Summary
 
     if args.limit is not None and args.limit < 1:
         print("citebot: --limit must be at least 1", file=sys.stderr)
@@ -62,6 +63,7 @@ def _backfill(args: argparse.Namespace) -> int:
     preflight(settings, index=not args.reindex)
     # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    stopped: Summary | None = None
     try:
         summary = run_configured(
             settings,
@@ -74,12 +76,21 @@ def _backfill(args: argparse.Namespace) -> int:
             page_size=args.page_size,
             progress={"auto": None, "bar": True, "log": False}[args.progress],
         )
+    except BackfillInterrupted as exc:
+        summary = stopped = exc.summary
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(summary.as_dict()))
     else:
         print(summary.line())
+    if stopped is not None:
+        print(
+            "citebot: interrupted; the finished pages and the checkpoint are saved: "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 130
     return 0
 
 
