@@ -250,6 +250,7 @@ class AnswerPipeline:
                 result.zone,
                 bot_name=self.settings.discourse.bot_username,
                 token_budget=self.settings.llm.context_tokens,
+                floor=result.floor,
             )
             st.info.update(prompt.trace())
         with self._stage(trace, "generate") as st:

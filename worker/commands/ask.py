@@ -89,6 +89,7 @@ def _ask(args: argparse.Namespace) -> int:
                     result.zone,
                     bot_name=settings.discourse.bot_username,
                     token_budget=settings.llm.context_tokens,
+                    floor=result.floor,
                 )
                 completion = chat_model_from(settings.llm, http).complete(prompt.messages)
                 clean = sanitize(

@@ -1,10 +1,20 @@
 """``OfflineGenerator``: a deterministic, extractive ``ChatModel`` that needs no LLM.
 
-It serves the demo and the tests. For each of the top sources it picks the sentence that best overlaps
-the question's words, quotes the best few as a list and cites each with its own ``[[n]]``; in the
-abstain zone it says it does not know and how to ask the forum. It can only cite numbers present in
-the evidence it was given, so it never invents a source. Its own sentences are French for a question
-written in French, else English (the quotes stay as written). Replies carry
+It serves the demo and the tests, and it is what answers when no LLM is configured. For each of the top
+sources it picks the sentence that best overlaps the question's words, quotes the best few as a list,
+in the sources' order (``[[1]]`` before ``[[3]]``, as a reader expects), and cites each with its own
+``[[n]]``; in the abstain zone it says it does not know and how to ask the forum. What it quotes:
+
+- answers, never questions: a source that is its topic's question (post #1, the prompt's ``Post:`` line)
+  is quoted only through its replies among the nearby posts, and a sentence that asks something (ends
+  in ``?``) is never quoted;
+- code as code: a word that reads as code (``GetSubsystem<ResourceCache>()``, ``node->Translate()``,
+  ``a::b``) is put in an inline code span, so the sanitizer shows it literally instead of taking
+  ``<ResourceCache>`` for an HTML tag.
+
+It can only cite numbers present in the evidence it was given, so it never invents a source; sources
+scored below the zone's floor never reach it (``build_prompt(floor=...)``). Its own sentences are
+French for a question written in French, else English (the quotes stay as written). Replies carry
 ``Completion.offline = True``; the pipeline appends :data:`OFFLINE_FOOTER` so readers know.
 
 ``complete(messages)`` reads the fenced evidence block that :func:`~worker.generation.prompt.build_prompt`
@@ -76,6 +86,11 @@ def phrases_for(question: str) -> Phrases:
     return FRENCH if french > english else ENGLISH
 
 
+_NEARBY = re.compile(r"#(\d+): (.*)", re.DOTALL)
+_POST_LINE = re.compile(r"Post: #(\d+), ")
+# A word that reads as code: a call, a template argument, a member or scope access, an assignment.
+_CODE_WORD = re.compile(r"[\w)\]]<\w|\w\(|::|->|[{};=]|\w\.\w+\(")
+_EDGE_PUNCT = ".,;:!?\"'"
 _EVIDENCE = re.compile(r"<<<EVIDENCE zone=(normal|weak|abstain) id=([0-9a-f]{8,64})>>>")
 _WORD = regex.compile(r"\w+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -98,6 +113,15 @@ class _Evidence:
     n: int
     title: str
     text: str
+    question: bool = False  # the topic's first post: quoted only through its replies
+    nearby: tuple[str, ...] = ()  # "#k: text" lines of the topic's nearby posts
+
+    def answer_text(self) -> str:
+        """The text an answer may be quoted from: the post itself, or a question's replies."""
+        if not self.question:
+            return self.text
+        replies = (m.group(2) for m in map(_NEARBY.match, self.nearby) if m and m.group(1) != "1")
+        return "\n".join(replies)
 
 
 def _stems(text: str) -> set[str]:
@@ -106,16 +130,42 @@ def _stems(text: str) -> set[str]:
 
 
 def _sentences(text: str) -> list[str]:
+    """The quotable sentences of ``text``: not too short, not a fence line, not a question."""
     out = []
     for raw in _SENTENCE_END.split(text):
         sentence = _BULLET.sub("", raw).strip()
-        if len(sentence) < 20 or sentence.startswith("```"):
+        if len(sentence) < 20 or sentence.startswith("```") or sentence.endswith("?"):
             continue
         if len(sentence) > MAX_SENTENCE_CHARS:
             cut = sentence[:MAX_SENTENCE_CHARS]
             sentence = cut[: cut.rfind(" ")] + " …" if " " in cut else cut + " …"
         out.append(sentence)
     return out
+
+
+def code_spans(sentence: str) -> str:
+    """``sentence`` with each run of code-like words in one inline code span (punctuation outside)."""
+    words = sentence.split(" ")
+    out: list[str] = []
+    run: list[str] = []
+
+    def flush(tail: str = "") -> None:
+        if run:
+            out.append(f"`{' '.join(run)}`{tail}")
+            run.clear()
+
+    for word in words:
+        core = word.rstrip(_EDGE_PUNCT) if not word.endswith(")") else word
+        tail = word[len(core) :]
+        if "`" not in core and _CODE_WORD.search(core) and any(c.isalnum() for c in core):
+            run.append(core)
+            if tail:
+                flush(tail)
+            continue
+        flush()
+        out.append(word)
+    flush()
+    return " ".join(out)
 
 
 class OfflineGenerator:
@@ -136,14 +186,35 @@ class OfflineGenerator:
         pattern = rf"<<<SOURCE \[\[(\d+)\]\] id={token}>>>\n(.*?)\n<<<END SOURCE \[\[\1\]\] id={token}>>>"
         for m in re.finditer(pattern, user, flags=re.DOTALL):
             title, _, rest = m.group(2).partition("\n")
-            excerpt = rest.removeprefix("Excerpt:\n").split("\nNearby posts in the same topic:\n")[0]
-            evidence.append(_Evidence(int(m.group(1)), title.removeprefix("Title: "), excerpt))
+            post = _POST_LINE.match(rest)
+            if post is not None:
+                rest = rest.partition("\n")[2]
+            body = rest.removeprefix("Excerpt:\n")
+            excerpt, _, nearby = body.partition("\nNearby posts in the same topic:\n")
+            evidence.append(
+                _Evidence(
+                    int(m.group(1)),
+                    title.removeprefix("Title: "),
+                    excerpt,
+                    question=post is not None and post.group(1) == "1",
+                    nearby=tuple(line.removeprefix("- ") for line in nearby.split("\n") if line),
+                )
+            )
         q = re.search(rf"<<<QUESTION id={token}>>>\n(.*?)\n<<<END QUESTION id={token}>>>", user, re.DOTALL)
         return self._answer(q.group(1) if q else "", evidence, zone)
 
     def complete_from(self, question: str, sources: Sequence[Source], zone: Zone) -> Completion:
         """Answer from structured sources (best first)."""
-        evidence = [_Evidence(s.n, fence.one_line(s.title), fence.neutralise(s.excerpt)) for s in sources]
+        evidence = [
+            _Evidence(
+                s.n,
+                fence.one_line(s.title),
+                fence.neutralise(s.excerpt),
+                question=s.post_number == 1,
+                nearby=tuple(fence.one_line(c) for c in s.context),
+            )
+            for s in sources
+        ]
         return self._answer(question, evidence, zone)
 
     def _answer(self, question: str, evidence: Sequence[_Evidence], zone: Zone) -> Completion:
@@ -154,7 +225,7 @@ class OfflineGenerator:
         picks: list[tuple[float, int, str, int]] = []  # (-score, rank, sentence, n)
         for rank, source in enumerate(evidence[:SOURCES_READ]):
             best: tuple[float, str] | None = None
-            for sentence in _sentences(source.text):
+            for sentence in _sentences(source.answer_text()):
                 have = _stems(sentence)
                 score = len(wanted & have) / math.sqrt(len(have) + 1)
                 if best is None or score > best[0]:
@@ -162,12 +233,13 @@ class OfflineGenerator:
             if best is not None and best[0] > 0:
                 picks.append((-best[0], rank, best[1], source.n))
         if not picks:
-            first = next(((s.n, _sentences(s.text)) for s in evidence if _sentences(s.text)), None)
+            first = next(((s.n, found) for s in evidence if (found := _sentences(s.answer_text()))), None)
             if first is None:
                 return Completion(text=say.abstain, model=OFFLINE_MODEL, offline=True)
             picks = [(0.0, 0, first[1][0], first[0])]
-        picks.sort()
-        points = [f"- {fence.neutralise(sentence)} [[{n}]]" for _, _, sentence, n in picks[:MAX_POINTS]]
+        # The best few by overlap, then in the sources' reading order.
+        chosen = sorted(sorted(picks)[:MAX_POINTS], key=lambda pick: pick[1])
+        points = [f"- {code_spans(fence.neutralise(sentence))} [[{n}]]" for _, _, sentence, n in chosen]
         intro = say.weak_intro if zone == "weak" else say.normal_intro
         parts = [intro, "\n".join(points)] + ([say.weak_outro] if zone == "weak" else [])
         return Completion(text="\n\n".join(parts), model=OFFLINE_MODEL, offline=True)

@@ -67,11 +67,17 @@ def _cut(text: str, chars: int) -> str:
     return head.rstrip() + " …"
 
 
+def post_line(post_number: int) -> str:
+    """Which post of its topic a source is: the question (#1) is context for its replies, not an answer."""
+    role = "the topic's question" if post_number == 1 else "a reply"
+    return f"Post: #{post_number}, {role}"
+
+
 def _source_block(source: Source, token: str, cap: int | None, with_context: bool) -> str:
     excerpt = fence.neutralise(source.excerpt.strip())
     if cap is not None:
         excerpt = _cut(excerpt, cap)
-    lines = [f"Title: {fence.one_line(source.title)}", "Excerpt:", excerpt]
+    lines = [f"Title: {fence.one_line(source.title)}", post_line(source.post_number), "Excerpt:", excerpt]
     if with_context and source.context:
         lines.append("Nearby posts in the same topic:")
         lines.extend("- " + fence.one_line(c) for c in source.context)
@@ -137,8 +143,12 @@ def build_prompt(
     templates: PromptTemplates | None = None,
     token: str | None = None,
     min_excerpt_chars: int = 160,
+    floor: float | None = None,
 ) -> Prompt:
     """Assemble the prompt of one answer; ``sources`` are best first and keep their own ``n``.
+
+    ``floor`` (the retrieval's ``RetrievalResult.floor``) leaves out every source scored below it: a
+    source the calibration does not count as evidence of the zone is neither shown nor citable.
 
     Raises ConfigError when even the system part and an empty evidence block exceed ``token_budget``,
     ValueError when two sources share a number.
@@ -146,6 +156,8 @@ def build_prompt(
     numbers = [s.n for s in sources]
     if len(set(numbers)) != len(numbers) or any(n < 1 for n in numbers):
         raise ValueError(f"source numbers must be unique and positive, got {numbers}")
+    if floor is not None:
+        sources = [s for s in sources if s.score is None or s.score >= floor]
     templates = templates or load_templates()
     count = count_tokens or approx_tokens
     token = token or fence.new_token()

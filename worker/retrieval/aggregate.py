@@ -84,6 +84,33 @@ def build_sources(
     return sources
 
 
+def replies_for_questions(
+    kept: Sequence[Candidate],
+    ranked: Sequence[Candidate],
+    context: Mapping[int, Sequence[Candidate]],
+    fetch: Callable[[int, int, int], Sequence[Candidate]] | None = None,
+) -> dict[int, list[Candidate]]:
+    """Context for each source that is its topic's question (post #1) and has none yet: the topic's
+    best-ranked reply among ``ranked``, else (with ``fetch``) the post after it.
+
+    A question post often wins its topic (it reads like the member's question), and dedupe then drops
+    the reply that answers it; the reply travels as the question's context, so the answer is in the
+    prompt, and the offline generator quotes it instead of the question.
+    """
+    out: dict[int, list[Candidate]] = {}
+    for cand in kept:
+        if cand.post_number != 1 or context.get(cand.post_id):
+            continue
+        reply = next((r for r in ranked if r.topic_id == cand.topic_id and r.post_number > 1), None)
+        if reply is not None:
+            out[cand.post_id] = [reply]
+        elif fetch is not None:
+            after = [r for r in fetch(cand.topic_id, 1, 1) if r.post_number > 1]
+            if after:
+                out[cand.post_id] = after[:1]
+    return out
+
+
 def neighbours_for(
     candidates: Sequence[Candidate], n: int, fetch: Callable[[int, int, int], Sequence[Candidate]]
 ) -> dict[int, list[Candidate]]:

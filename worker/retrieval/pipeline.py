@@ -27,7 +27,7 @@ from typing import Literal
 from worker.domain import Candidate, Source, Zone
 from worker.errors import CitebotError, ConfigError, IndexMismatchError, PermanentError, TransientError
 from worker.protocols import Embedder, KeywordSearch, Reranker
-from worker.retrieval.aggregate import build_sources, dedupe_by_topic, neighbours_for
+from worker.retrieval.aggregate import build_sources, dedupe_by_topic, neighbours_for, replies_for_questions
 from worker.retrieval.fusion import fuse_rrf
 from worker.retrieval.keyword import KeywordResult, keyword_search
 from worker.retrieval.lexical import LexicalResult, PostgresLexicalIndex
@@ -55,6 +55,10 @@ class RetrievalResult:
     candidates: tuple[Candidate, ...]
     trace: Trace
     legacy_reason: str | None = None
+    # The lowest source score that counts as evidence of the zone (the reranker's calibrated scale):
+    # ``weak_below`` in the normal zone, ``abstain_below`` in the weak one; None when no calibrated
+    # score decided the zone (no rerank, a fallback, legacy). ``build_prompt(floor=...)`` applies it.
+    floor: float | None = None
 
     @property
     def legacy(self) -> bool:
@@ -230,6 +234,7 @@ class Retriever:
             fused = self._hydrate(fused, trace)
 
         zone: Zone = "normal"
+        floor: float | None = None
         ranked: Sequence[Candidate] = fused
         if stage_on and fused:
             ranked, zone = self._second_stage(fused, vector, lexical, trace)
@@ -252,6 +257,7 @@ class Retriever:
             if outcome.applied:
                 limits = self.thresholds()
                 zone = assign_zone(ranked[0].logit, limits.abstain_below, limits.weak_below)
+                floor = {"normal": limits.weak_below, "weak": limits.abstain_below}.get(zone)
         elif use_rerank and self.reranker is None and not stage_on:
             trace.fallback("rerank", "no reranker configured")
 
@@ -259,11 +265,13 @@ class Retriever:
         with trace.stage("aggregate") as st:
             kept = dedupe_by_topic(ranked)[: s.sources_k]
             context = neighbours_for(kept, n_around, self.index.neighbours) if self.index else {}
+            fetch = self.index.neighbours if self.index else None
+            context.update(replies_for_questions(kept, ranked, context, fetch))
             sources = build_sources(kept, s.sources_k, context=context)
             st.counts = {"candidates": len(ranked), "sources": len(sources), "neighbours": n_around}
             st.scores([src.score for src in sources])
             st.info = {"zone": zone}
-        return RetrievalResult(tuple(sources), zone, "post", tuple(ranked), trace)
+        return RetrievalResult(tuple(sources), zone, "post", tuple(ranked), trace, floor=floor)
 
     # -- branches -----------------------------------------------------------------------------------
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sanitizer import sanitize
 from tests.worker.generation.conftest import make_source
 from worker.domain import Source
 from worker.generation.offline import (
@@ -16,6 +18,7 @@ from worker.generation.offline import (
     OFFLINE_FOOTER,
     OFFLINE_MODEL,
     OfflineGenerator,
+    code_spans,
     phrases_for,
 )
 from worker.generation.prompt import build_prompt
@@ -40,16 +43,87 @@ def test_quotes_the_best_overlapping_sentence_and_cites_it(sources: list[Source]
     assert completion.offline is True
     assert completion.model == OFFLINE_MODEL
     first_point = completion.text.split("\n- ")[1]
-    assert first_point == "Call renderer->SetShadowMapSize(2048) to raise the shadow resolution. [[1]]"
+    assert first_point == "Call `renderer->SetShadowMapSize(2048)` to raise the shadow resolution. [[1]]"
     assert cited(completion.text) <= {1, 2, 3}
 
 
-def test_ranks_points_by_overlap_across_sources(sources: list[Source]) -> None:
-    text = OfflineGenerator().complete_from("node Translate update time step", sources, "normal").text
+def test_picks_the_best_overlapping_points_and_cites_them_in_reading_order() -> None:
+    sources = [
+        make_source(n, f"T{n}", text)
+        for n, text in enumerate(
+            (
+                "The shadow map is drawn once per light in the scene.",  # 1 word in common
+                "Unrelated words about the build system and its toolchain.",  # none
+                "Raise the shadow map size to get a sharper shadow resolution.",  # 3
+                "Cascaded shadow splits spread the shadow resolution further.",  # 2
+            ),
+            start=1,
+        )
+    ]
+    text = OfflineGenerator().complete_from("shadow resolution size", sources, "normal").text
     points = [line for line in text.split("\n") if line.startswith("- ")]
-    assert points[0].endswith("[[2]]")
-    assert "Translate()" in points[0]
+    # The best three by overlap are 3, 4 and 1; a reader meets them as [[1]], [[3]], [[4]].
+    assert [re.findall(r"\[\[(\d+)\]\]", p) for p in points] == [["1"], ["3"], ["4"]]
     assert text.startswith("Here is what the forum's posts say:")
+
+
+def test_answers_from_the_replies_never_from_the_question_post() -> None:
+    question_post = dataclasses.replace(
+        make_source(
+            1,
+            "How do I get the resource cache in a component",
+            "I need the resource cache in my component to load a model. How do I get the resource "
+            "cache there? The resource cache pointer I keep is always null when I load it.",
+            context=("#2: You get the resource cache with GetSubsystem<ResourceCache>() from any Object.",),
+        ),
+        post_number=1,
+    )
+    answer = make_source(2, "Loading models", "Load the model through the resource cache, then set it.")
+    generator = OfflineGenerator()
+    question = "How do I get the resource cache to load a model?"
+    for completion in (
+        generator.complete_from(question, [question_post, answer], "normal"),
+        generator.complete(build_prompt(question, [question_post, answer], "normal").messages),
+    ):
+        assert "always null" not in completion.text  # the question post's own words
+        assert "How do I get" not in completion.text
+        assert "- You get the resource cache with `GetSubsystem<ResourceCache>()` from any Object. [[1]]" in (
+            completion.text
+        )
+        assert "[[2]]" in completion.text
+
+
+def test_a_question_post_without_replies_is_not_quoted() -> None:
+    lone = dataclasses.replace(
+        make_source(1, "Shadows", "My shadows look blocky on the large terrain, what can I change here."),
+        post_number=1,
+    )
+    completion = OfflineGenerator().complete_from("blocky shadows on terrain", [lone], "normal")
+    assert completion.text == ABSTAIN_TEXT
+
+
+def test_code_keeps_its_template_arguments_through_the_sanitizer() -> None:
+    source = make_source(
+        1,
+        "Resource cache",
+        "Call auto* cache = GetSubsystem<ResourceCache>(); and then cache->GetResource<Model>(name).",
+    )
+    completion = OfflineGenerator().complete_from("resource cache subsystem", [source], "normal")
+    evidence = [source.as_evidence()]
+    clean = sanitize(completion.text, evidence, links="post", base_url="https://f.ex", allow_canned=False)
+    assert "`GetSubsystem<ResourceCache>()`" in clean.text
+    assert "`cache->GetResource<Model>(name)`" in clean.text
+    assert list(clean.cited) == [1]
+
+
+def test_prose_is_not_put_in_code_spans() -> None:
+    assert code_spans("Use the editor, then save (twice) and reload: it works = fine.") == (
+        "Use the editor, then save (twice) and reload: it works = fine."
+    )
+    assert code_spans("Set URHO3D_64BIT=0 first.") == "Set `URHO3D_64BIT=0` first."
+    assert code_spans("Node::Translate() and node->Translate(), both.") == (
+        "`Node::Translate()` and `node->Translate()`, both."
+    )
 
 
 def test_weak_zone_says_the_evidence_is_weak(sources: list[Source]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -72,7 +73,7 @@ def test_normal_zone_numbers_every_source_in_order(sources: list[Source]) -> Non
     positions = []
     for source in sources:
         body = block_of(user, source.n)
-        assert body == f"Title: {source.title}\nExcerpt:\n{source.excerpt}"
+        assert body == f"Title: {source.title}\nPost: #2, a reply\nExcerpt:\n{source.excerpt}"
         positions.append(user.index(f"<<<SOURCE [[{source.n}]] id={TOKEN}>>>"))
     assert positions == sorted(positions)
     assert prompt.zone == "normal"
@@ -127,8 +128,23 @@ def test_context_posts_are_listed_under_the_excerpt() -> None:
     source = make_source(1, "T", "Main excerpt.", context=("Earlier post.", "Later\npost."))
     user = user_of(build_prompt("q", [source], "normal", token=TOKEN).messages)
     assert block_of(user, 1) == (
-        "Title: T\nExcerpt:\nMain excerpt.\nNearby posts in the same topic:\n- Earlier post.\n- Later post."
+        "Title: T\nPost: #2, a reply\nExcerpt:\nMain excerpt.\n"
+        "Nearby posts in the same topic:\n- Earlier post.\n- Later post."
     )
+
+
+def test_a_question_post_is_marked_as_the_topic_s_question() -> None:
+    first = dataclasses.replace(make_source(1, "T", "How do I do this?"), post_number=1)
+    user = user_of(build_prompt("q", [first], "normal", token=TOKEN).messages)
+    assert block_of(user, 1).startswith("Title: T\nPost: #1, the topic's question\nExcerpt:\n")
+
+
+def test_sources_below_the_floor_are_neither_shown_nor_citable(sources: list[Source]) -> None:
+    # scores 0.9, 0.8, 0.7: a floor of 0.75 (the weak threshold of a normal-zone answer) keeps 1 and 2
+    prompt = build_prompt("How do I fix blocky shadows?", sources, "normal", token=TOKEN, floor=0.75)
+    assert [s.n for s in prompt.sources_used] == [1, 2]
+    assert sources[2].title not in user_of(prompt.messages)
+    assert [s.n for s in build_prompt("q", sources, "normal", floor=None).sources_used] == [1, 2, 3]
 
 
 def test_trace_records_version_and_numbers_but_no_text(sources: list[Source]) -> None:

@@ -60,3 +60,24 @@ def test_post_body_and_excerpt() -> None:
     assert post_body(cand(1, 1, text="Title 1\n\n  the body  ")) == "the body"
     assert excerpt("a  b\n c", 10) == "a b c"
     assert excerpt("alpha beta gamma delta", 12) == "alpha beta…"
+
+
+def test_a_question_source_carries_its_topic_s_best_reply_and_a_reply_source_nothing() -> None:
+    from worker.retrieval.aggregate import replies_for_questions
+
+    question = cand(11, 1, text="How do I do it?", post_number=1)
+    reply_low, reply_best = cand(13, 1, post_number=3), cand(12, 1, post_number=2)
+    other = cand(21, 2, post_number=4)
+    lone = cand(31, 3, post_number=1)
+    ranked = [question, other, reply_best, reply_low, lone]
+    fetched: list[tuple[int, int, int]] = []
+
+    def fetch(topic_id: int, post_number: int, n: int) -> list[Candidate]:
+        fetched.append((topic_id, post_number, n))
+        return [cand(32, 3, post_number=2)]
+
+    kept = [question, other, lone]
+    got = replies_for_questions(kept, ranked, {}, fetch)
+    assert {k: [c.post_id for c in v] for k, v in got.items()} == {11: [12], 31: [32]}
+    assert fetched == [(3, 1, 1)]  # only the question with no reply among the candidates
+    assert replies_for_questions(kept, ranked, {11: [reply_low], 31: [reply_low]}, fetch) == {}

@@ -19,6 +19,7 @@ from tests.worker.retrieval.doubles import (
     insert_post,
 )
 from worker.errors import IndexMismatchError, PermanentError, ServiceUnavailableError
+from worker.generation.prompt import build_prompt
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.retrieval.terms import TermSelector
@@ -139,6 +140,25 @@ def test_rerank_sets_the_order_and_the_zone(conn: psycopg.Connection) -> None:
         assert retriever.retrieve(QUESTION).zone == "abstain"
 
 
+def test_no_answer_cites_a_source_below_the_floor_of_its_zone(conn: psycopg.Connection) -> None:
+    fill(conn)
+    s = settings()
+    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    # Topic 3's post scores 2.0, the others -1.0 (weak by the seed's -4 / 0): a normal-zone answer.
+    reranker = ScriptedReranker(lambda text: 2.0 if text.startswith("Topic 3\n") else -1.0)
+    with Retriever(embedder, make_index(conn, s), None, reranker, s) as retriever:
+        result = retriever.retrieve(QUESTION)
+        unranked = retriever.retrieve(QUESTION, use_rerank=False)
+    assert (result.zone, result.floor) == ("normal", 0.0)
+    assert [src.topic_id for src in result.sources] == [3, 1, 2]  # the eval still sees every source
+    prompt = build_prompt(QUESTION, result.sources, result.zone, floor=result.floor)
+    assert [src.topic_id for src in prompt.sources_used] == [3]
+    assert "[[2]]" not in prompt.messages[1]["content"]  # not shown, so no generator can cite it
+    assert unranked.floor is None  # no calibrated score decided the zone: nothing to hold the sources to
+    with Retriever(embedder, make_index(conn, s), None, ScriptedReranker(lambda t: -2.0), s) as retriever:
+        assert retriever.retrieve(QUESTION).floor == -4.0  # weak zone: the abstain threshold
+
+
 def test_reranker_down_keeps_fused_order_zone_normal(conn: psycopg.Connection) -> None:
     fill(conn)
     s = settings()
@@ -230,7 +250,13 @@ def test_neighbours_travel_as_context(conn: psycopg.Connection) -> None:
     with Retriever(embedder, make_index(conn, s), None, None, s) as retriever:
         plain = retriever.retrieve(QUESTION, use_keyword=False, use_rerank=False)
         around = retriever.retrieve(QUESTION, use_keyword=False, use_rerank=False, neighbours=1)
-    assert all(src.context == () for src in plain.sources)
+    # Every source here is its topic's question (post #1): without neighbours it still carries the
+    # topic's best-ranked reply, the post that answers it (dedupe kept only the question).
+    assert [src.context for src in plain.sources] == [
+        ("#2: post 12 score=5",),
+        ("#2: post 22 score=2",),
+        ("#2: post 32 score=-1",),
+    ]
     assert around.sources[0].context == ("#2: post 12 score=5",)
     assert [src.post_id for src in around.sources] == [src.post_id for src in plain.sources]
 
