@@ -18,8 +18,10 @@ again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -186,6 +188,12 @@ class DramatiqIntake:
 
     def __init__(self, actors: Actors) -> None:
         self._actors = actors
+
+    def batch(self) -> AbstractContextManager[None]:
+        """The messages sent in the block share one Redis round trip (``CitebotRedisBroker``); other
+        brokers (tests' ``StubBroker``) send each at once."""
+        pipelined = getattr(self._actors.answer_question.broker, "pipelined", None)
+        return pipelined() if pipelined is not None else contextlib.nullcontext()
 
     def question(self, post_id: int, topic_id: int, version: int, reply_to: int | None = None) -> None:
         if reply_to is None:

@@ -78,6 +78,10 @@ class Intake(Protocol):
 
     def refresh_topic(self, topic_id: int, event: str) -> None: ...
 
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """What is enqueued inside the block goes out together (one round trip) when it ends."""
+        ...
+
 
 class _ReplyTo(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
@@ -327,16 +331,20 @@ def create_app(
         fresh = await first_sightings(keys)
         taken = [key for key, new in zip(keys, fresh, strict=True) if new]
         try:
-            if fresh[0]:
-                refresh = _refresh_event(event, post)
-                # The bot's own posts never enter the index: refreshing them would only spend API calls.
-                if post.username.lower() != bot.username.lower():
-                    intake.refresh_post(post.id, refresh)
-                if refresh in FIRST_POST_TOPIC_EVENTS and post.post_number == 1:
-                    intake.refresh_topic(post.topic_id, FIRST_POST_TOPIC_EVENTS[refresh])
-            if ask and fresh[1]:
-                reply_to = post.reply_to_post_number if decision.needs_confirmation else None
-                intake.question(post.id, post.topic_id, post.version, reply_to)
+            # The refresh and the question leave in one Redis round trip (or, on an error, neither).
+            with intake.batch():
+                if fresh[0]:
+                    refresh = _refresh_event(event, post)
+                    # The bot's own posts never enter the index: refreshing them would only spend API calls.
+                    if post.username.lower() != bot.username.lower():
+                        intake.refresh_post(post.id, refresh)
+                    if refresh in FIRST_POST_TOPIC_EVENTS and post.post_number == 1:
+                        intake.refresh_topic(post.topic_id, FIRST_POST_TOPIC_EVENTS[refresh])
+                queued = ask and fresh[1]
+                if queued:
+                    reply_to = post.reply_to_post_number if decision.needs_confirmation else None
+                    intake.question(post.id, post.topic_id, post.version, reply_to)
+            if queued:
                 log.info("question enqueued", extra={"post_id": post.id, "topic_id": post.topic_id})
                 return "enqueued"
         except Exception:

@@ -117,9 +117,10 @@ def categories(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed + 2).integers(1, CATEGORIES + 1, n)
 
 
-def start_server(path: Path, shared_buffers: str) -> tuple[EmbeddedPostgres, str]:
-    """The bench's own server, restarted once with the ``shared_buffers`` asked for."""
-    server = EmbeddedPostgres(path, keep_running=False)
+def start_server(path: Path, shared_buffers: str, *, keep: bool = False) -> tuple[EmbeddedPostgres, str]:
+    """The bench's own server, restarted once with the ``shared_buffers`` asked for; ``keep`` leaves
+    it running at the end (another bench process is using it)."""
+    server = EmbeddedPostgres(path, keep_running=keep)
     url = server.start()
     with psycopg.connect(url, autocommit=True) as conn:
         current = conn.execute("SELECT setting FROM pg_settings WHERE name = 'shared_buffers'").fetchone()
@@ -129,7 +130,7 @@ def start_server(path: Path, shared_buffers: str) -> tuple[EmbeddedPostgres, str
             conn.execute(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'")
     if restart:
         server.stop()
-        server = EmbeddedPostgres(path, keep_running=False)
+        server = EmbeddedPostgres(path, keep_running=keep)
         url = server.start()
     return server, url
 

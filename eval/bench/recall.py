@@ -64,6 +64,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--brute-queries", type=int, default=20, help="queries timed on the numpy scan")
     ap.add_argument("--shared-buffers", default="3GB", help="server shared_buffers")
     ap.add_argument("--maintenance-work-mem", default="6GB", help="for the index builds")
+    ap.add_argument("--keep-server", action="store_true", help="leave the bench's PostgreSQL running")
     ap.add_argument("--build-only", action="store_true", help="build the missing tables and indexes, stop")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the tables and indexes even if cached")
     return ap.parse_args(argv)
@@ -247,7 +248,7 @@ def main(argv: list[str]) -> int:
     params = [
         rc.Params(n, args.dim, args.clusters or max(1, n // 250), args.seed, args.latent) for n in sizes
     ]
-    server, url = rc.start_server(DATA_DIR, args.shared_buffers)
+    server, url = rc.start_server(DATA_DIR, args.shared_buffers, keep=args.keep_server)
     measured = []
     try:
         for p in params:

@@ -177,10 +177,30 @@ async def _load(port: int, requests: list[bytes], concurrency: int) -> tuple[flo
     return time.perf_counter() - started, latencies, statuses
 
 
-def run_load(port: int, requests: list[bytes], concurrency: int) -> dict[str, float]:
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds the processes have used so far (Linux ``/proc``; 0 elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def run_load(
+    port: int, requests: list[bytes], concurrency: int, pids: Sequence[int] = ()
+) -> dict[str, float]:
+    """Send ``requests``; with ``pids`` (the server, Redis), also their CPU time per request: on a
+    loaded machine the throughput swings with the neighbours, the CPU a request costs much less."""
+    cpu_before = cpu_seconds(pids)
     elapsed, latencies, statuses = asyncio.run(_load(port, requests, concurrency))
+    cpu = cpu_seconds(pids) - cpu_before
     ordered = sorted(latencies)
     return {
+        "cpu_us": 1e6 * cpu / max(1, len(latencies)),
         "requests": len(latencies),
         "ok": sum(1 for s in statuses if s == 200),
         "refused": sum(1 for s in statuses if s != 200),
@@ -257,9 +277,10 @@ def main(argv: Sequence[str]) -> int:
             _wait_ready(port, server)
             base = 10_000_000
             run_load(port, [delivery(base - i) for i in range(1, 501)], args.baseline_concurrency)  # warm-up
-            reference = run_load(port, [healthz()] * args.deliveries, args.baseline_concurrency)
+            pids = [server.pid] + ([redis_server.proc.pid] if redis_server and redis_server.proc else [])
+            reference = run_load(port, [healthz()] * args.deliveries, args.baseline_concurrency, pids)
             requests = [delivery(base + i) for i in range(args.deliveries)]
-            measured = run_load(port, requests, args.baseline_concurrency)
+            measured = run_load(port, requests, args.baseline_concurrency, pids)
             replay = run_load(
                 port, requests[:1000], args.baseline_concurrency
             )  # duplicates: acked, not enqueued
@@ -297,8 +318,11 @@ def main(argv: Sequence[str]) -> int:
     phases = [(route + " (new)", measured), (route + " (dup)", replay), ("GET /healthz (ref)", reference)]
     if burst:
         phases.insert(1, (route + f" (burst x{args.concurrency})", burst))
-    rows = [[name, m["requests"], m["rps"], m["p50_ms"], m["p99_ms"], m["max_ms"]] for name, m in phases]
-    print_table(["route", "requests", "req/s", "p50 ms", "p99 ms", "max ms"], rows)
+    rows = [
+        [name, m["requests"], m["rps"], m["p50_ms"], m["p99_ms"], m["max_ms"], m["cpu_us"] or "-"]
+        for name, m in phases
+    ]
+    print_table(["route", "requests", "req/s", "p50 ms", "p99 ms", "max ms", "server+redis CPU µs"], rows)
     ratio = measured["rps"] / reference["rps"]
     print(
         f"deliveries/s vs /healthz: {ratio:.3f}; queued {queued} of {accepted} accepted (lost {lost}); "
@@ -319,6 +343,8 @@ def main(argv: Sequence[str]) -> int:
         "ack_p99_ms": round(measured["p99_ms"], 2),
         "duplicate_per_s": round(replay["rps"], 1),
         "healthz_per_s": round(reference["rps"], 1),
+        "server_cpu_us_per_delivery": round(measured["cpu_us"], 1),
+        "server_cpu_us_per_healthz": round(reference["cpu_us"], 1),
         "ratio_to_healthz": round(ratio, 3),
         "accepted": accepted,
         "queued": queued,

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import dramatiq
 import pytest
 import redis as redis_lib
 
+from eval.stack.redis import RedisServer
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from worker.broker import build_broker
 
@@ -33,3 +36,74 @@ def test_message_round_trips_through_real_redis_to_a_real_worker(redis_url: str)
         broker.close()
     assert seen == [(42, 3)]
     assert client.llen(f"{REDIS_NAMESPACE}-tasks:roundtrip") == 0
+
+
+def _consume(broker: dramatiq.Broker, queue: str) -> None:
+    worker = dramatiq.Worker(broker, worker_timeout=100, worker_threads=2)
+    worker.start()
+    try:
+        broker.join(queue, timeout=10_000)
+        worker.join()
+    finally:
+        worker.stop()
+
+
+def test_pipelined_sends_leave_together_and_a_real_worker_runs_them(redis_url: str) -> None:
+    """Issue 18: the webhook's two messages of a delivery share one round trip."""
+    broker = build_broker(make_settings("postgresql://x@127.0.0.1/x", redis_url).redis)
+    seen: list[tuple[str, int]] = []
+
+    @dramatiq.actor(broker=broker, queue_name="batched", max_retries=0)
+    def record(kind: str, post_id: int) -> None:
+        seen.append((kind, post_id))
+
+    client = redis_lib.Redis.from_url(redis_url)
+    queue = f"{REDIS_NAMESPACE}-tasks:batched"
+    with broker.pipelined():
+        record.send("refresh", 7)
+        record.send("question", 7)
+        assert client.llen(queue) == 0  # nothing has left yet
+    assert client.llen(queue) == 2
+
+    # A block that raises sends nothing.
+    def fails_after_one_send() -> None:
+        with broker.pipelined():
+            record.send("refresh", 8)
+            raise RuntimeError("parse failed after the first send")
+
+    with pytest.raises(RuntimeError, match="after the first send"):
+        fails_after_one_send()
+    assert client.llen(queue) == 2
+    try:
+        _consume(broker, "batched")
+    finally:
+        broker.close()
+    assert sorted(seen) == [("question", 7), ("refresh", 7)]
+
+
+def test_pipelined_sends_survive_a_lost_script_cache(tmp_path: Path) -> None:
+    """A Redis restart (or SCRIPT FLUSH) empties its script cache: the batch loads it and goes out."""
+    server = RedisServer(tmp_path / "redis")
+    url = server.start()
+    try:
+        broker = build_broker(make_settings("postgresql://x@127.0.0.1/x", url).redis)
+        seen: list[int] = []
+
+        @dramatiq.actor(broker=broker, queue_name="flushed", max_retries=0)
+        def record(post_id: int) -> None:
+            seen.append(post_id)
+
+        record.send(1)  # loads the script the ordinary way
+        client = redis_lib.Redis.from_url(url)
+        client.script_flush()
+        with broker.pipelined():
+            record.send(2)
+            record.send(3)
+        assert client.llen(f"{REDIS_NAMESPACE}-tasks:flushed") == 3
+        try:
+            _consume(broker, "flushed")
+        finally:
+            broker.close()
+        assert sorted(seen) == [1, 2, 3]
+    finally:
+        server.stop()

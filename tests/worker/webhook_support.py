@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ class FakeIntake:
 
     def refresh_topic(self, topic_id: int, event: str) -> None:
         self.topics.append((topic_id, event))
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 def post_payload(**fields: object) -> dict[str, object]:
