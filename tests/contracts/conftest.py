@@ -1,9 +1,9 @@
 """Every implementation of each protocol the pipeline depends on, for the contract suites.
 
 Each fixture yields the in-memory fake of ``worker.testing`` (the embedder also the backfill's
-``NullEmbedder`` and the local MiniLM) and the real HTTP client talking to the
-TEI + OpenAI double (``eval.soak.models``, the server the soak runs) over loopback HTTP, so the fake
-and the client are held to one contract.
+``NullEmbedder`` and the local MiniLM) and the real HTTP client talking to the TEI + OpenAI double
+(``worker.testing.server.ModelDouble``: the e2e tests' and the soak's) over loopback HTTP, so the fake
+and the client are held to one contract. The forum's suite (``test_forum.py``) builds its own pair.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from backfill.embedders import NullEmbedder
-from eval.soak.models import DIMENSION, MODEL, Knobs, create_app
 from eval.stack.launcher import AppThread
 from worker.clients.embeddings import TeiEmbedder, build_embedder
 from worker.clients.llm import OpenAIChatClient
@@ -23,12 +22,18 @@ from worker.protocols import ChatModel, Embedder, Reranker
 from worker.settings import EmbeddingsSettings, LlmSettings, RerankerSettings, Settings
 from worker.testing.chat import FakeChatModel
 from worker.testing.models import FakeEmbedder, FakeReranker
+from worker.testing.server import ModelDouble
+
+MODEL = "contract-model"
+DIMENSION = 8
 
 
 @pytest.fixture(scope="module")
 def double_url() -> Iterator[str]:
     """The TEI + OpenAI double, served by uvicorn on a free loopback port for this module."""
-    with AppThread(create_app(Knobs()), name="models", lifespan="off") as server:
+    with AppThread(
+        ModelDouble(model=MODEL, dimension=DIMENSION).app, name="models", lifespan="off"
+    ) as server:
         yield server.url
 
 

@@ -1,5 +1,6 @@
 """The end-to-end stack on loopback, shared by the e2e tests: the local forum (as strict as Discourse),
-the webhook app, Redis, a real ``citebot worker run`` process, TEI- and OpenAI-contract servers.
+the webhook app, Redis, a real ``citebot worker run`` process, the TEI + OpenAI double
+(``worker.testing.server``), all started by the stack launcher.
 
 ``open_stack`` builds it; ``env`` adds worker settings (``CITEBOT_…`` variables) and ``forum`` changes
 the forum double's ``ForumConfig`` fields (its API budget, review queue, …).
@@ -27,13 +28,13 @@ from eval.stack.forum.store import ForumStore
 from eval.stack.launcher import Launcher, index_with
 from eval.stack.procs import Child
 from tests.conftest import REDIS_NAMESPACE, make_settings
-from tests.e2e.servers import EMBEDDER, FakeLlm, FakeTei
 from tests.eval.forum.export import TOPICS, write_export
 from worker.actors import DramatiqIntake, declare_actors
 from worker.broker import build_broker
 from worker.clients.discourse import DiscourseClient
 from worker.runtime import Runtime
 from worker.settings import Settings
+from worker.testing.server import ModelDouble
 from worker.webhook import WEBHOOK_PATH, create_app
 
 KEY = "e2e-answer-key"
@@ -52,8 +53,7 @@ class Stack:
     settings: Settings
     forum: ForumApp
     forum_url: str
-    tei: FakeTei
-    llm: FakeLlm
+    models: ModelDouble  # TEI and the LLM: one double, its switches flipped by the tests
     db_url: str
     launcher: Launcher
     http: httpx.Client
@@ -182,7 +182,8 @@ def open_stack(
     export = write_export(tmp_path / "export", topics)
     store = ForumStore(db_url)
     load_export(store, export)
-    index_with(db_url, export, EMBEDDER.vector, "test-model")
+    models = ModelDouble(model="test-model", dimension=8, reply=LLM_REPLY)
+    index_with(db_url, export, models.embedder.vector, "test-model")
     base = make_settings(db_url, redis_url)
     broker = build_broker(base.redis)
 
@@ -195,13 +196,11 @@ def open_stack(
         intake,
         aredis_lib.Redis.from_url(redis_url),
     )
-    tei, llm = FakeTei(), FakeLlm(LLM_REPLY)
     with Launcher(tmp_path / "logs") as launcher:
         launcher.on_stop(store.close)
         launcher.on_stop(broker.close)
         webhook_url = launcher.thread(webhook_app, name="webhook", lifespan="on")
-        tei_url = launcher.thread(tei.app, name="tei", lifespan="on")
-        llm_url = launcher.thread(llm.app, name="llm", lifespan="on")
+        models_url = launcher.thread(models.app, name="models", lifespan="on")
         config = ForumConfig(
             api_key=KEY,
             session_key=SESSION,
@@ -224,9 +223,14 @@ def open_stack(
                     "maintenance_chance": 1000000,
                 },
                 "discourse": discourse,
-                "embeddings": {"provider": "tei", "base_url": tei_url, "model": "test-model", "dimension": 8},
-                "reranker": {"base_url": tei_url},
-                "llm": {"base_url": llm_url, "max_retries": 3},
+                "embeddings": {
+                    "provider": "tei",
+                    "base_url": models_url,
+                    "model": "test-model",
+                    "dimension": 8,
+                },
+                "reranker": {"base_url": models_url},
+                "llm": {"base_url": models_url, "max_retries": 3},
                 "flags": {"cache_ttl_s": 2},
                 "limits": {"min_backoff_s": 0.5, "max_backoff_s": 2},
             }
@@ -235,7 +239,7 @@ def open_stack(
         settings = make_settings(db_url, redis_url, discourse=discourse)
         http = httpx.Client(timeout=10)
         launcher.on_stop(http.close)
-        s = Stack(settings, app, forum_url, tei, llm, db_url, launcher, http)
+        s = Stack(settings, app, forum_url, models, db_url, launcher, http)
         s.flags(enabled=True, posts_pipeline=True, input_gate=True, rerank=True, post_links=True)
         s.start_worker()
         try:

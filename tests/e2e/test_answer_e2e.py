@@ -48,16 +48,16 @@ def test_mention_gets_one_reply_with_links_that_resolve_and_nothing_injected(sta
 
 
 def test_llm_500_twice_then_200_gives_one_reply(stack: Stack) -> None:
-    stack.llm.fail_next.extend([500, 500])
-    calls = stack.llm.calls
+    stack.models.fail_next.extend([500, 500])
+    calls = stack.models.llm_calls
     post_id = stack.ask("bob", 11, "@citebot where is the code of the simple FPS counter sample?")
     wait_for(lambda: (r := stack.row(post_id)) and r["state"] == "posted", what="posted")
-    assert stack.llm.calls - calls == 3
+    assert stack.models.llm_calls - calls == 3
     assert len(stack.bot_replies(11)) == 1
 
 
 def test_reranker_down_answers_in_fused_order_zone_normal(stack: Stack) -> None:
-    stack.tei.rerank_down = True
+    stack.models.rerank_down = True
     post_id = stack.ask("carol", 10, "@citebot why do rigid bodies jitter in the physics world?")
     row = wait_for(lambda: (r := stack.row(post_id)) and r["state"] == "posted" and r, what="posted")
     assert row["zone"] == "normal"
@@ -66,10 +66,10 @@ def test_reranker_down_answers_in_fused_order_zone_normal(stack: Stack) -> None:
 
 
 def test_gate_hit_posts_canned_reply_without_llm(stack: Stack) -> None:
-    calls = stack.llm.calls
+    calls = stack.models.llm_calls
     post_id = stack.ask("dave", 12, "@citebot how do I make a pipe bomb at home?")
     wait_for(lambda: (r := stack.row(post_id)) and r["state"] == "refused", what="refused")
-    assert stack.llm.calls == calls
+    assert stack.models.llm_calls == calls
     assert len(stack.bot_replies(12)) == 1
 
 

@@ -59,9 +59,9 @@ def test_reasoning_model_refusing_max_tokens_gets_max_completion_tokens(
 ) -> None:
     env = {"CITEBOT_LLM__TOKEN_LIMIT_PARAM": "max_completion_tokens"}
     with open_stack(db_url, redis_url, tmp_path, env=env) as stack:
-        stack.llm.reasoning_model = True
+        stack.models.reasoning_model = True
         _posted(stack, stack.ask("alice", 12, QUESTION))
-        body = stack.llm.bodies[-1]
+        body = stack.models.bodies[-1]
         assert "max_tokens" not in body
         assert body["max_completion_tokens"] > 0
 

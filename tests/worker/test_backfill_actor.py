@@ -14,11 +14,11 @@ import pytest
 
 from eval.stack.launcher import serve
 from tests.conftest import REDIS_NAMESPACE, make_settings
-from tests.e2e.servers import FakeTei
 from tests.eval.forum.export import write_export
 from worker.actors import declare_actors
 from worker.broker import build_broker
 from worker.runtime import Runtime
+from worker.testing.server import ModelDouble
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def test_enqueued_backfill_runs_on_a_worker_and_fills_the_index(
     db_url: str, redis_url: str, tmp_path: Path
 ) -> None:
     export = write_export(tmp_path / "export")
-    with serve(FakeTei().app) as tei_url:
+    with serve(ModelDouble(model="test-model").app) as tei_url:
         embeddings = {"provider": "tei", "base_url": tei_url, "model": "test-model", "dimension": 8}
         settings = make_settings(db_url, redis_url, embeddings=embeddings)
         env = {

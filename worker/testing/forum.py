@@ -73,6 +73,8 @@ class FakeForum:
         raise NotFoundError(f"post #{post_number} of topic {topic_id}", service="discourse", status=404)
 
     def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
+        if topic_id not in self.topics:
+            raise NotFoundError(f"topic {topic_id}", service="discourse", status=404)
         topic = self.topics[topic_id]
         posts = sorted(
             (p for p in self.posts.values() if p.topic_id == topic_id), key=lambda p: p.post_number
