@@ -64,6 +64,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--brute-queries", type=int, default=20, help="queries timed on the numpy scan")
     ap.add_argument("--shared-buffers", default="3GB", help="server shared_buffers")
     ap.add_argument("--maintenance-work-mem", default="6GB", help="for the index builds")
+    ap.add_argument(
+        "--name", default="", help="results name (default recall, recall-scale for several sizes)"
+    )
     ap.add_argument("--keep-server", action="store_true", help="leave the bench's PostgreSQL running")
     ap.add_argument("--build-only", action="store_true", help="build the missing tables and indexes, stop")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the tables and indexes even if cached")
@@ -327,6 +330,8 @@ def report(measured: list[dict[str, Any]], args: argparse.Namespace) -> None:
     name = "recall" if not args.latent else f"recall-latent{args.latent}"
     if len(measured) > 1:
         name += "-scale"
+    name = args.name or name
+    if len(measured) > 1:
         plot(measured, RESULTS / f"{name}.png")
     emit(
         name,
