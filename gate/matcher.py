@@ -103,7 +103,9 @@ class Gate:
             if rule.triggers:
                 if ends is None:
                     ends = [m.start() for m in _SENTENCE_END.finditer(normalized)]
-                spans = _sentences(rule.triggers[0], words, heads, normalized, ends)
+                spans = _sentences(rule.triggers, words, heads, normalized, ends)
+                if not spans:
+                    continue
             else:
                 spans = [(0, len(normalized))]
             if self._hits(rule, normalized, spans, timed_out):
@@ -158,15 +160,24 @@ def _satisfied(group: TriggerGroup, words: set[str], heads: set[str]) -> bool:
 
 
 def _sentences(
-    group: TriggerGroup, words: set[str], heads: set[str], text: str, ends: list[int]
+    groups: tuple[TriggerGroup, ...], words: set[str], heads: set[str], text: str, ends: list[int]
 ) -> list[tuple[int, int]]:
-    """The sentences of ``text`` that hold a word of ``group``: a pattern never crosses ``.``, ``!``
-    or ``?`` and contains a word of each trigger group, so only those sentences can match."""
+    """The sentences of ``text`` that hold a word of the first group and the beginning of a word of
+    every other group: a pattern never crosses ``.``, ``!`` or ``?`` and contains a word of each
+    trigger group, so only those sentences can match."""
+    present = [(group.words & words) | (group.prefixes & heads) for group in groups]
     found: set[int] = set()
-    for needle in (group.words & words) | (group.prefixes & heads):
+    for needle in present[0]:
         at = text.find(needle)
         while at != -1:
             index = bisect.bisect_left(ends, at)
             found.add(index)
             at = text.find(needle, ends[index] + 1) if index < len(ends) else -1
-    return [(ends[i - 1] + 1 if i else 0, ends[i] if i < len(ends) else len(text)) for i in sorted(found)]
+    spans = [(ends[i - 1] + 1 if i else 0, ends[i] if i < len(ends) else len(text)) for i in sorted(found)]
+    if len(present) == 1:
+        return spans
+    return [
+        (s, e)
+        for s, e in spans
+        if all(any(text.find(needle, s, e) != -1 for needle in needles) for needles in present[1:])
+    ]

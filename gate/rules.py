@@ -48,6 +48,7 @@ from pathlib import Path
 import regex
 
 from gate.errors import RulesError
+from gate.literals import cost, word_needs
 from gate.normalize import fold_pattern
 
 SUPPORTED_VERSION = 1
@@ -326,10 +327,13 @@ def _rule(
         raise RulesError(source, "description must be a string", rule_id)
     triggers = _triggers(raw.get("triggers", []), words, source, rule_id)
     near_words = _count(raw, "near_words", DEFAULT_NEAR_WORDS, 0, 20, source, rule_id)
-    patterns = _pattern_list(raw.get("patterns", []), "patterns", terms, source, rule_id)
-    patterns += _near(raw.get("near", []), near_words, terms, source, rule_id)
+    plain = _pattern_list(raw.get("patterns", []), "patterns", terms, source, rule_id)
+    groups = _near_groups(raw.get("near", []), terms, source, rule_id)
+    patterns = plain + _near(groups, near_words)
     if not patterns:
         raise RulesError(source, "a rule needs 'patterns' or 'near'", rule_id)
+    if not triggers:
+        triggers = derived_triggers([[p] for p in plain] + groups)
     exceptions = _pattern_list(raw.get("exceptions", []), "exceptions", terms, source, rule_id)
     strict = raw.get("strict", False)
     if not isinstance(strict, bool):
@@ -359,20 +363,50 @@ def _count(
     return value
 
 
-def _near(raw: object, gap_words: int, terms: dict[str, str], source: str, rule_id: str) -> list[str]:
-    """``near`` groups: every part within ``gap_words`` words of the next, in any order, in one
-    sentence. ``[["{{make}}", "{{explosive}}"]]`` is ``make…explosive`` or ``explosive…make``."""
+def _near_groups(raw: object, terms: dict[str, str], source: str, rule_id: str) -> list[list[str]]:
+    """The ``near`` groups' parts, expanded and folded."""
     if not isinstance(raw, list) or not all(
         isinstance(g, list) and 2 <= len(g) <= 3 and all(isinstance(p, str) and p for p in g) for g in raw
     ):
         raise RulesError(source, "'near' must be a list of lists of two or three patterns", rule_id)
+    return [_pattern_list(group, f"near[{index}]", terms, source, rule_id) for index, group in enumerate(raw)]
+
+
+def _near(groups: list[list[str]], gap_words: int) -> list[str]:
+    """``near`` groups: every part within ``gap_words`` words of the next, in any order, in one
+    sentence. ``[["{{make}}", "{{explosive}}"]]`` is ``make…explosive`` or ``explosive…make``."""
     gap = rf"(?:[^\w.!?]+\w+){{0,{gap_words}}}?[^\w.!?]+"
-    patterns: list[str] = []
-    for index, group in enumerate(raw):
-        parts = _pattern_list(group, f"near[{index}]", terms, source, rule_id)
-        for order in itertools.permutations(parts):
-            patterns.append(gap.join(f"(?:{p})" for p in order))
-    return patterns
+    return [
+        gap.join(f"(?:{p})" for p in order) for parts in groups for order in itertools.permutations(parts)
+    ]
+
+
+def derived_triggers(alternatives: list[list[str]]) -> tuple[TriggerGroup, ...]:
+    """Trigger groups for a rule written without ``triggers``, derived from its patterns.
+
+    ``alternatives`` holds, for each way the rule can match (a pattern, or a ``near`` group), the
+    patterns that every such match contains (the pattern itself, or each part of the group). Each
+    gives sets of word beginnings that every match contains (:func:`gate.literals.word_needs`),
+    the most selective first; group ``k`` takes the ``k``-th set of every alternative, so every
+    match of the rule holds a word of every group, and the first group (which picks the sentences)
+    is the most selective. Empty when an alternative gives no set: the rule is then always tried.
+    """
+    choices: list[list[frozenset[str]]] = []
+    for parts in alternatives:
+        found = {needs for part in parts for needs in word_needs(part, PREFIX_HEAD)}
+        if not found:
+            return ()
+        choices.append(sorted(found, key=lambda b: (cost(b), sorted(b))))
+    groups: list[TriggerGroup] = []
+    for k in range(min(_DERIVED_GROUPS, max(map(len, choices), default=0))):
+        prefixes = frozenset().union(*(found[min(k, len(found) - 1)] for found in choices))
+        group = TriggerGroup(frozenset(), prefixes)
+        if group not in groups:
+            groups.append(group)
+    return tuple(groups)
+
+
+_DERIVED_GROUPS = 3
 
 
 def _triggers(

@@ -43,16 +43,39 @@ def embed(emb: Any, texts: Sequence[str]) -> Any:
     return np.asarray(emb.embed(list(texts), kind="query"), dtype=np.float32)
 
 
+CHUNK = 1000
+"""Texts embedded and saved at a time: a long run (the archive) resumes where it was stopped."""
+
+
 def cached_vectors(emb: Any, name: str, texts: Sequence[str]) -> Any:
-    """Vectors of ``texts``, cached under ``name`` with a digest of the texts and the model."""
+    """Vectors of ``texts``, cached under ``name`` with a digest of the texts and the model.
+
+    Saved ``CHUNK`` texts at a time (each chunk named by its own digest), then as one file."""
     CACHE.mkdir(parents=True, exist_ok=True)
     digest = exemplars_digest(emb.model + "\n" + "\n\x00".join(texts))[:16]
     path = CACHE / f"{name}-{model_slug(emb.model)}-{digest}.npy"
     if path.exists():
         return np.load(path)
-    vectors = embed(emb, texts)
+    parts = []
+    chunks = [_chunk_path(emb, texts[start : start + CHUNK]) for start in range(0, len(texts), CHUNK)]
+    for start, chunk_path in zip(range(0, len(texts), CHUNK), chunks, strict=True):
+        chunk = texts[start : start + CHUNK]
+        if chunk_path.exists():
+            parts.append(np.load(chunk_path))
+            continue
+        parts.append(embed(emb, chunk))
+        np.save(chunk_path, parts[-1])
+        print(f"{name}: {min(start + CHUNK, len(texts))}/{len(texts)} embedded", flush=True)
+    vectors = np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
     np.save(path, vectors)
+    for chunk_path in chunks:
+        chunk_path.unlink(missing_ok=True)
     return vectors
+
+
+def _chunk_path(emb: Any, texts: Sequence[str]) -> Path:
+    digest = exemplars_digest(emb.model + "\n" + "\n\x00".join(texts))[:16]
+    return CACHE / f"chunk-{model_slug(emb.model)}-{digest}.npy"
 
 
 def exemplars() -> list[dict[str, str]]:
