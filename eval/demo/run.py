@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from eval.demo.index import start_index
 from eval.demo.member import ForumMember, Question, Reply, links_in
 from eval.demo.show import Steps, print_reply
 from eval.stack.launcher import Launcher, base_env, citebot_env, webhook_url
@@ -73,6 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stop", action="store_true", help="stop a stack left running by --keep")
     parser.add_argument("--sample", type=Path, default=SAMPLE, help="forum export to load and backfill")
     parser.add_argument(
+        "--also",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="another export (a bigger one) to load into the forum and backfill after the sample",
+    )
+    parser.add_argument(
         "--cache", type=Path, default=ROOT / ".cache", help="where the database, logs and pids live"
     )
     parser.add_argument("--reply-timeout", type=float, default=240.0, help="seconds to wait for the replies")
@@ -85,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, through the finally blocks below.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return Demo(paths, args.sample, keep=args.keep, reply_timeout=args.reply_timeout).run()
+        demo = Demo(paths, args.sample, keep=args.keep, reply_timeout=args.reply_timeout, also=args.also)
+        return demo.run()
     except KeyboardInterrupt:
         print("\ninterrupted: everything the demo started has been stopped", file=sys.stderr)
         return 130
@@ -107,12 +117,15 @@ def _stop_kept(paths: Paths) -> list[str]:
 
 
 class Demo:
-    def __init__(self, paths: Paths, sample: Path, *, keep: bool, reply_timeout: float) -> None:
+    def __init__(
+        self, paths: Paths, sample: Path, *, keep: bool, reply_timeout: float, also: Sequence[Path] = ()
+    ) -> None:
         self.paths = paths
         self.sample = sample.resolve()
+        self.also = tuple(p.resolve() for p in also)
         self.keep = keep
         self.reply_timeout = reply_timeout
-        self.steps = Steps(10)
+        self.steps = Steps(10 + len(self.also))
         # Hex: a urlsafe token may start with "-". Secrets reach child processes through the
         # environment (see _settings), never argv, where `ps` would show them.
         self.api_key = secrets.token_hex(24)
@@ -197,6 +210,17 @@ class Demo:
             self.steps.say(f"      {self.redis_url}")
         launcher.configure(self._settings(self.redis_url))
         launcher.env["LOCAL_FORUM_SESSION_KEY"] = self.session_key
+        with step("database schema (citebot db migrate); what the index reuses from earlier runs"):
+            out = launcher.run("migrate", [*CITEBOT, "db", "migrate"])
+            for line in out.strip().splitlines():
+                self.steps.say(f"      {line}")
+            with psycopg.connect(self.db_url, autocommit=True) as conn:
+                conn.execute("TRUNCATE answers")  # the forum restarts from the exports: so do the answers
+            start = start_index(self.db_url, self.sample)
+            for line in start.lines(lambda p: _rel(p)):
+                self.steps.say(f"      {line}")
+        # The forum serves every export the index will hold, so that no link the bot writes 404s.
+        served = [*self.also, *(p for p in start.exports if p.resolve() not in self.also)]
         with step("local forum (a Discourse double) loaded with the sample; the model server ready"):
             forum = launcher.forum(
                 self.ports["forum"],
@@ -204,24 +228,20 @@ class Demo:
                 self.forum_db_url,
                 webhook_url=webhook_url(self.ports["webhook"]),
                 headers={"Api-Key": self.api_key, "Api-Username": BOT},
-                timeout_s=120,
+                options=[arg for p in served for arg in ("--also-export", str(p))],
+                timeout_s=120 + 60 * len(served),
             )
             loaded = [line for line in tail(forum.log, 50).splitlines() if line.startswith("loaded ")]
             self.steps.say(f"      forum on {self.forum_url}: {loaded[-1] if loaded else 'sample loaded'}")
             launcher.procs.wait_http(models, f"{models_url}/health", timeout_s=180)
             self.steps.say(f"      model server on {models_url}")
-        with step("database schema (citebot db migrate)"):
-            out = launcher.run("migrate", [*CITEBOT, "db", "migrate"])
-            for line in out.strip().splitlines():
-                self.steps.say(f"      {line}")
-            with psycopg.connect(self.db_url, autocommit=True) as conn:
-                conn.execute("TRUNCATE answers")  # the forum restarts from the sample: so do the answers
-        with step(f"backfill the post index (citebot backfill --source file --path {_rel(self.sample)})"):
-            out = launcher.run(
-                "backfill",
-                [*CITEBOT, "backfill", "--source", "file", "--path", str(self.sample), "--progress", "bar"],
-                echo=sys.stdout,
-            )
+        for i, export in enumerate((self.sample, *self.also)):
+            with step(f"backfill the post index (citebot backfill --source file --path {_rel(export)})"):
+                out = launcher.run(
+                    "backfill" if i == 0 else f"backfill-{i}",
+                    [*CITEBOT, "backfill", "--source", "file", "--path", str(export), "--progress", "bar"],
+                    echo=sys.stdout,
+                )
         with step("webhook app and one worker"):
             launcher.webhook(self.ports["webhook"])
             worker = launcher.worker(timeout_s=60)
@@ -360,6 +380,9 @@ class Demo:
             "  .venv/bin/citebot ask 'How do I load a scene from an XML file?'\n"
             "  .venv/bin/citebot flags show                      # the site-setting flags\n"
             "  .venv/bin/citebot flags set rerank off            # workers follow within 5 s here\n"
+            "\n  # a bigger export, served by the forum and indexed (every link resolves):\n"
+            "  make demo ARGS='--keep --also ../shared/data/urho3d'\n"
+            "  # (one backfilled by hand here is in the index now, and on the forum from the next run on)\n"
             f"\n  logs: {self.paths.logs}/   stop everything: make demo ARGS=--stop"
         )
 

@@ -23,6 +23,13 @@ def register(group: argparse.ArgumentParser) -> None:
         "settings and /notifications.json from a forum export, and send signed webhooks to --webhook-url.",
     )
     p.add_argument("--export", type=Path, required=True, help="export folder (topics/*.json, raw/*.md)")
+    p.add_argument(
+        "--also-export",
+        type=Path,
+        action="append",
+        metavar="PATH",
+        help="another export whose topics the first lacks are served too (repeatable)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=4200, help="port (default 4200)")
     p.add_argument("--database-url", default=None, help="PostgreSQL URL (default: CITEBOT_DATABASE__URL)")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,16 +60,31 @@ def _files(export: Path) -> Iterator[tuple[dict[str, Any], dict[int, str]]]:
         yield data, raws
 
 
-def load_export(store: ForumStore, export: Path, *, reset: bool = True) -> LoadReport:
-    """Replace the forum's content with ``export``; returns counts and the time taken."""
+def export_label(export: Path, also: Sequence[Path] = ()) -> str:
+    """What ``forum.meta.export`` records for a load: the export folders, in load order."""
+    return os.pathsep.join(str(p) for p in (export, *also))
+
+
+def load_export(
+    store: ForumStore, export: Path, *, reset: bool = True, also: Sequence[Path] = ()
+) -> LoadReport:
+    """Replace the forum's content with ``export``, then the topics of each ``also`` export that the
+    ones before did not have (the demo serves every export its index holds: a sample and the full
+    export it was cut from share their topics); returns counts and the time taken."""
     started = time.perf_counter()
-    if not (export / "topics").is_dir():
-        raise FileNotFoundError(f"{export}/topics not found: not a forum export folder")
+    for folder in (export, *also):
+        if not (folder / "topics").is_dir():
+            raise FileNotFoundError(f"{folder}/topics not found: not a forum export folder")
     store.init_schema(reset=reset)
     users: dict[int, str] = {}
     topic_rows: list[tuple[object, ...]] = []
     post_rows: list[tuple[object, ...]] = []
-    for topic, raws in _files(export):
+    seen_topics: set[int] = set()
+    seen_posts: set[int] = set()
+    for topic, raws in (item for folder in (export, *also) for item in _files(folder)):
+        if int(topic["id"]) in seen_topics:
+            continue
+        seen_topics.add(int(topic["id"]))
         tags = [t["name"] if isinstance(t, dict) else str(t) for t in topic.get("tags") or []]
         topic_rows.append(
             (
@@ -79,6 +95,9 @@ def load_export(store: ForumStore, export: Path, *, reset: bool = True) -> LoadR
             )
         )  # fmt: skip
         for post in (topic.get("post_stream") or {}).get("posts") or []:
+            if int(post["id"]) in seen_posts:  # another forum's export reusing an id: the first wins
+                continue
+            seen_posts.add(int(post["id"]))
             cooked = post.get("cooked") or ""
             plain = html_to_text(cooked)
             raw = raws.get(int(post["post_number"]), plain)
@@ -120,7 +139,7 @@ def load_export(store: ForumStore, export: Path, *, reset: bool = True) -> LoadR
             "INSERT INTO forum.meta (export, topics, posts) VALUES (%s, %s, %s)"
             " ON CONFLICT (singleton) DO UPDATE SET export = EXCLUDED.export, topics = EXCLUDED.topics,"
             " posts = EXCLUDED.posts, loaded_at = now()",
-            (str(export), n_topics, n_posts),
+            (export_label(export, also), n_topics, n_posts),
         )
     report = LoadReport(n_topics, n_posts, len(users), time.perf_counter() - started)
     log.info("loaded %d topics, %d posts in %.1fs", report.topics, report.posts, report.seconds)

@@ -11,7 +11,7 @@ import psycopg_pool
 import uvicorn
 
 from eval.stack.forum.app import ForumConfig, create_forum_app
-from eval.stack.forum.loader import load_export
+from eval.stack.forum.loader import export_label, load_export
 from eval.stack.forum.store import ForumStore
 from worker.commands.common import settings_from
 from worker.errors import ConfigError, ServiceUnavailableError
@@ -21,8 +21,10 @@ def serve(args: argparse.Namespace) -> int:
     """The handler of ``citebot forum serve`` (arguments parsed by ``worker.commands.forum``)."""
     settings = settings_from(args)
     export = args.export.resolve()
-    if not (export / "topics").is_dir():
-        raise ConfigError(f"--export {export}: no topics/ folder (not a forum export)")
+    also = [p.resolve() for p in args.also_export or ()]
+    for folder in (export, *also):
+        if not (folder / "topics").is_dir():
+            raise ConfigError(f"--export {folder}: no topics/ folder (not a forum export)")
     try:
         store = ForumStore(args.database_url or settings.database.url)
     except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
@@ -30,8 +32,8 @@ def serve(args: argparse.Namespace) -> int:
     try:
         store.init_schema()
         meta = store.meta()
-        if args.reload or meta is None or meta["export"] != str(export):
-            report = load_export(store, export)
+        if args.reload or meta is None or meta["export"] != export_label(export, also):
+            report = load_export(store, export, also=also)
             print(f"loaded {report.topics} topics, {report.posts} posts in {report.seconds:.1f}s", flush=True)
         config = ForumConfig(
             api_key=args.api_key or settings.discourse.api_key.get_secret_value() or "local-forum-key",
