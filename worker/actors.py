@@ -108,32 +108,25 @@ def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limi
 
     @dramatiq.actor(queue_name=INDEX_QUEUE, **options)
     def refresh_post(post_id: int, event: str) -> None:
-        from backfill import incremental  # the indexing stack loads in workers only, not in the webhook
-
-        honour_retry_after(
-            limits, lambda: incremental.refresh_post(runtime().at("background"), post_id, event)
-        )
+        honour_retry_after(limits, lambda: runtime().indexer().refresh_post(post_id, event))
 
     @dramatiq.actor(queue_name=INDEX_QUEUE, **options)
     def refresh_topic(topic_id: int, event: str) -> None:
-        from backfill import incremental
-
-        honour_retry_after(
-            limits, lambda: incremental.refresh_topic(runtime().at("background"), topic_id, event)
-        )
+        honour_retry_after(limits, lambda: runtime().indexer().refresh_topic(topic_id, event))
 
     # A scheduled incremental backfill (`citebot backfill --enqueue` from cron): unchanged posts are
     # skipped by digest, so a tick costs reading the source. Hours, not the default 10-minute limit.
     @dramatiq.actor(queue_name=MAINTENANCE_QUEUE, time_limit=BACKFILL_TIME_LIMIT_MS, **options)
     def backfill_tick(kind: str, path: str | None = None, source_url: str | None = None) -> None:
-        from backfill.compose import run_configured
-
-        summary = run_configured(
-            runtime().settings, kind, path=Path(path) if path else None, source_url=source_url
-        )
-        log.info("scheduled backfill: %s", summary.line())
+        line = runtime().indexer().backfill(kind, path=Path(path) if path else None, source_url=source_url)
+        log.info("scheduled backfill: %s", line)
 
     return Actors(answer_question, poll_notifications, refresh_post, refresh_topic, backfill_tick)
+
+
+def enqueue_only() -> Runtime:
+    """The ``runtime`` of a process that only sends messages (the webhook app, ``--enqueue``)."""
+    raise PermanentError("this process only enqueues; it runs no actor", service="citebot")
 
 
 def handle_question(

@@ -1,19 +1,91 @@
-"""Building the answer pipeline from a worker's ``Runtime`` (the worker's composition root)."""
+"""The worker's composition root: everything long-lived is built here, once per process.
+
+``build_runtime`` opens the pool, the HTTP, forum and Redis clients and names the one embedder and the
+indexer (both built on first use); ``build_answerer`` builds the answer pipeline over them. Every other
+module receives these as typed objects. The indexer is ``backfill``'s, reached through the named seam
+``worker.seams.INDEXER`` (``worker`` imports nothing from ``backfill``).
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+import httpx
+import redis as redis_lib
 
 from gate import Gate, IntentError, IntentLayer
+from worker.budget import build_budget
+from worker.clients.discourse import DiscourseClient
+from worker.clients.embeddings import build_embedder
+from worker.db.connect import open_pool
 from worker.flags import FlagReader
 from worker.generation.factory import chat_model_from
 from worker.limits import RateLimiter
 from worker.pipeline import AnswerPipeline
+from worker.protocols import Indexer
 from worker.retrieval.factory import build_retriever
-from worker.runtime import Runtime
+from worker.runtime import Answerer, Once, Runtime
+from worker.seams import INDEXER, resolve
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+AnswererFactory = Callable[[Runtime], Answerer]
+
+
+IndexerFactory = Callable[[Runtime], Indexer]
+
+
+def backfill_indexer(runtime: Runtime) -> Indexer:
+    """The index stack of ``backfill`` (``worker.seams.INDEXER``) over ``runtime``."""
+    factory: IndexerFactory = resolve(INDEXER)
+    return factory(runtime)
+
+
+def build_runtime(
+    settings: Settings,
+    answerer_factory: AnswererFactory | None = None,
+    indexer_factory: IndexerFactory = backfill_indexer,
+) -> Runtime:
+    """Open the pool and clients described by ``settings``; the embedder and the indexer are built
+    on first use, the answerer (when a factory is given) now."""
+    pool = open_pool(settings.database)
+    http = httpx.Client(timeout=settings.discourse.timeout_s)
+    redis = redis_lib.Redis.from_url(settings.redis.url)
+    budget = build_budget(settings.discourse, redis, settings.redis.namespace)
+    forum = DiscourseClient(http, settings.discourse, budget=budget, priority="answer")
+    # ``runtime`` is read when the indexer is first built: the finished runtime, answerer included.
+    runtime = Runtime(
+        settings,
+        pool,
+        http,
+        forum,
+        redis,
+        Once(lambda: build_embedder(settings, http)),
+        Once(lambda: indexer_factory(runtime)),
+    )
+    if answerer_factory is not None:
+        runtime = replace(runtime, answerer=answerer_factory(runtime))
+    return runtime
+
+
+class RuntimeProvider:
+    """Builds the ``Runtime`` on first call (thread-safe) and returns the same one afterwards."""
+
+    def __init__(self, settings: Settings, answerer_factory: AnswererFactory | None = None) -> None:
+        self.settings = settings
+        self._runtime = Once(lambda: build_runtime(settings, answerer_factory))
+
+    def __call__(self) -> Runtime:
+        return self._runtime()
+
+    def close(self) -> None:
+        runtime = self._runtime.take()
+        if runtime is not None:
+            runtime.close()
 
 
 def load_intent_layer(s: Settings, gate: Gate) -> IntentLayer | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from worker.domain import Completion, EmbedKind, ForumPost, ForumTopic, PendingPost, SearchHit
@@ -63,3 +64,19 @@ class Forum(KeywordSearch, Protocol):
     ) -> ForumPost | PendingPost: ...
 
     def get_site_settings(self, names: Sequence[str]) -> dict[str, object]: ...
+
+
+class Indexer(Protocol):
+    """Keeps the post index in step with the forum (``backfill.indexer.BackfillIndexer``)."""
+
+    def refresh_post(self, post_id: int, event: str) -> None:
+        """Re-read one post after a webhook ``event`` and update, add or remove its index row."""
+        ...
+
+    def refresh_topic(self, topic_id: int, event: str) -> None:
+        """Re-read a whole topic after a topic ``event`` (deleted: every row goes; recovered: back)."""
+        ...
+
+    def backfill(self, kind: str, *, path: Path | None = None, source_url: str | None = None) -> str:
+        """One incremental backfill of source ``kind``; returns its summary line."""
+        ...

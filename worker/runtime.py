@@ -1,8 +1,9 @@
-"""The process-wide runtime of a worker: settings, a connection pool, the HTTP client and the forum client.
+"""The process-wide runtime of a worker: settings, a connection pool, the HTTP, forum and Redis clients,
+the one embedder, the indexer and the answerer, each typed.
 
-Built lazily on first use by ``RuntimeProvider`` (so declaring actors reads no environment and opens
-nothing) and closed once at shutdown. The answer pipeline plugs in through the ``Answerer`` protocol
-(``worker.assemble.build_answerer``).
+Built by the composition root (``worker.assemble``: ``build_runtime``, lazily by ``RuntimeProvider`` so
+declaring actors reads no environment and opens nothing) and closed once at shutdown. The answer
+pipeline plugs in through the ``Answerer`` protocol, the index stack through ``Indexer``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ import httpx
 import redis as redis_lib
 from psycopg_pool import ConnectionPool
 
-from worker.budget import Priority, build_budget
+from worker.budget import Priority
 from worker.clients.discourse import DiscourseClient
-from worker.clients.embeddings import build_embedder
-from worker.db.connect import open_pool
 from worker.errors import PermanentError
-from worker.protocols import Embedder
+from worker.protocols import Embedder, Indexer
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -64,7 +63,9 @@ class Once(Generic[T]):
 @dataclass(frozen=True, slots=True)
 class Runtime:
     """What actor bodies use. ``answer`` delegates to the configured ``Answerer``; ``embedder()`` is the
-    process's one embedder, shared by answering and index refreshes (a local model loads once)."""
+    process's one embedder, shared by answering and index refreshes (a local model loads once);
+    ``indexer()`` keeps the post index in step with the forum (built on first use: the webhook
+    process, which only enqueues, never loads the index stack)."""
 
     settings: Settings
     pool: ConnectionPool
@@ -72,6 +73,7 @@ class Runtime:
     forum: DiscourseClient
     redis: redis_lib.Redis
     embedder: Once[Embedder]
+    indexer: Once[Indexer]
     answerer: Answerer | None = None
 
     def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
@@ -88,35 +90,3 @@ class Runtime:
         self.pool.close()
         self.http.close()
         self.redis.close()
-
-
-AnswererFactory = Callable[[Runtime], Answerer]
-
-
-def build_runtime(settings: Settings, answerer_factory: AnswererFactory | None = None) -> Runtime:
-    """Open the pool and clients described by ``settings``."""
-    pool = open_pool(settings.database)
-    http = httpx.Client(timeout=settings.discourse.timeout_s)
-    redis = redis_lib.Redis.from_url(settings.redis.url)
-    budget = build_budget(settings.discourse, redis, settings.redis.namespace)
-    forum = DiscourseClient(http, settings.discourse, budget=budget, priority="answer")
-    runtime = Runtime(settings, pool, http, forum, redis, Once(lambda: build_embedder(settings, http)))
-    if answerer_factory is not None:
-        runtime = replace(runtime, answerer=answerer_factory(runtime))
-    return runtime
-
-
-class RuntimeProvider:
-    """Builds the ``Runtime`` on first call (thread-safe) and returns the same one afterwards."""
-
-    def __init__(self, settings: Settings, answerer_factory: AnswererFactory | None = None) -> None:
-        self.settings = settings
-        self._runtime = Once(lambda: build_runtime(settings, answerer_factory))
-
-    def __call__(self) -> Runtime:
-        return self._runtime()
-
-    def close(self) -> None:
-        runtime = self._runtime.take()
-        if runtime is not None:
-            runtime.close()

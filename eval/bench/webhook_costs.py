@@ -23,10 +23,9 @@ import redis.asyncio as aredis_lib
 from eval.bench.report import emit, print_table
 from eval.bench.webhook import SECRET, delivery
 from eval.stack.redis import RedisServer
-from worker.actors import DramatiqIntake, declare_actors
+from worker.actors import DramatiqIntake, declare_actors, enqueue_only
 from worker.addressing import BotIdentity, decide
 from worker.broker import build_broker
-from worker.runtime import RuntimeProvider
 from worker.settings import Settings
 from worker.webhook import PostEnvelope, sign, signature_ok
 
@@ -71,7 +70,7 @@ def main(argv: Sequence[str]) -> int:
         try:
             settings = Settings.model_validate({"redis": {"url": url, "namespace": "bench"}})
             broker = build_broker(settings.redis)
-            intake = DramatiqIntake(declare_actors(broker, RuntimeProvider(settings), settings.limits))
+            intake = DramatiqIntake(declare_actors(broker, enqueue_only, settings.limits))
             intake.refresh_post(1, "post_created")  # declares the queues, loads the script
 
             def one_by_one(i: int) -> None:

@@ -29,10 +29,9 @@ from eval.stack.launcher import Launcher, index_with
 from eval.stack.procs import Child
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.eval.forum.export import TOPICS, write_export
-from worker.actors import DramatiqIntake, declare_actors
+from worker.actors import DramatiqIntake, declare_actors, enqueue_only
 from worker.broker import build_broker
 from worker.clients.discourse import DiscourseClient
-from worker.runtime import Runtime
 from worker.settings import Settings
 from worker.testing.server import ModelDouble
 from worker.webhook import WEBHOOK_PATH, create_app
@@ -187,10 +186,7 @@ def open_stack(
     base = make_settings(db_url, redis_url)
     broker = build_broker(base.redis)
 
-    def no_runtime() -> Runtime:
-        raise AssertionError("the webhook process only enqueues")
-
-    intake = DramatiqIntake(declare_actors(broker, no_runtime, base.limits))
+    intake = DramatiqIntake(declare_actors(broker, enqueue_only, base.limits))
     webhook_app = create_app(
         make_settings(db_url, redis_url, discourse={"webhook_secret": SECRET}),
         intake,

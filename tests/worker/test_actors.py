@@ -11,9 +11,10 @@ import pytest
 from tests.conftest import make_settings
 from worker import answers
 from worker.actors import Actors, declare_actors, honour_retry_after, is_last_attempt, retry_options
+from worker.assemble import RuntimeProvider
 from worker.broker import build_broker
 from worker.errors import PermanentError, RateLimitedError, ServiceUnavailableError, ValidationError
-from worker.runtime import Runtime, RuntimeProvider
+from worker.runtime import Runtime
 from worker.settings import LimitsSettings, Settings
 
 pytestmark = pytest.mark.integration

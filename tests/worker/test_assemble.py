@@ -7,11 +7,12 @@ import threading
 import pytest
 
 from backfill import incremental
+from backfill.indexer import BackfillIndexer
 from tests.conftest import TEST_DIMENSION, make_settings
-from worker.assemble import build_answerer
+from worker.assemble import build_answerer, build_runtime
 from worker.errors import PermanentError
 from worker.pipeline import AnswerPipeline
-from worker.runtime import Once, build_runtime
+from worker.runtime import Once
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +58,10 @@ def test_a_worker_has_one_embedder_for_answering_and_for_index_refreshes(db_url:
         assert isinstance(pipeline, AnswerPipeline)
         shared = runtime.embedder()
         assert pipeline.retriever.embedder is shared
-        with incremental._resolve(runtime) as deps:  # what the refresh_post / refresh_topic actors use
+        indexer = runtime.indexer()  # what the refresh_post / refresh_topic / backfill_tick actors use
+        assert isinstance(indexer, BackfillIndexer)
+        assert indexer.runtime.forum.priority == "background"
+        with incremental._resolve(indexer.runtime) as deps:
             assert deps.embedder is shared
     finally:
         runtime.close()

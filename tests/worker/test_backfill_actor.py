@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import dramatiq
 import psycopg
@@ -16,16 +15,11 @@ from eval.stack.launcher import serve
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.eval.forum.export import write_export
 from worker.actors import declare_actors
+from worker.assemble import RuntimeProvider
 from worker.broker import build_broker
-from worker.runtime import Runtime
 from worker.testing.server import ModelDouble
 
 pytestmark = pytest.mark.integration
-
-
-class _Runtime:
-    def __init__(self, settings: Any) -> None:
-        self.settings = settings
 
 
 def test_enqueued_backfill_runs_on_a_worker_and_fills_the_index(
@@ -62,9 +56,7 @@ def test_enqueued_backfill_runs_on_a_worker_and_fills_the_index(
         assert "enqueued" in proc.stdout
         broker = build_broker(settings.redis)
 
-        def runtime() -> Runtime:
-            return _Runtime(settings)  # type: ignore[return-value]
-
+        runtime = RuntimeProvider(settings)  # the worker's runtime: its indexer runs the backfill
         declare_actors(broker, runtime, settings.limits)
         worker = dramatiq.Worker(broker, worker_timeout=100, worker_threads=1)
         worker.start()
@@ -74,6 +66,7 @@ def test_enqueued_backfill_runs_on_a_worker_and_fills_the_index(
         finally:
             worker.stop()
             broker.close()
+            runtime.close()
     with psycopg.connect(db_url) as conn:
         indexed = conn.execute("SELECT count(*) FROM post_index").fetchone()
         state = conn.execute("SELECT status FROM backfill_state").fetchone()

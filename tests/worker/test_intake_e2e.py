@@ -23,8 +23,9 @@ from eval.stack.launcher import serve
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.eval.forum.export import write_export
 from worker.actors import Actors, DramatiqIntake, declare_actors, run_poll
+from worker.assemble import RuntimeProvider
 from worker.broker import build_broker
-from worker.runtime import Runtime, RuntimeProvider
+from worker.runtime import Runtime
 from worker.settings import Settings
 from worker.webhook import WEBHOOK_PATH, create_app
 

@@ -1,19 +1,19 @@
 """``citebot backfill``: fill the post index from a Discourse replica, the REST API or an export.
 
-``backfill`` imports ``worker``, never the reverse: it is imported inside the handler, so the
-dependency exists only here, at the composition root, and only when this command runs.
+``backfill`` imports ``worker``, never the reverse: the run itself (``backfill.command.run``) is reached
+through the named seam ``worker.seams.BACKFILL``, resolved only when this command runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
 
 from worker.commands.common import preflight, settings_from
+from worker.seams import BACKFILL, resolve
 from worker.settings import Settings
 
 NAME = "backfill"
@@ -52,9 +52,6 @@ def register(group: argparse.ArgumentParser) -> None:
 
 def _backfill(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    from backfill.compose import run_configured
-    from backfill.run import BackfillInterrupted, Summary
-
     if args.limit is not None and args.limit < 1:
         print("citebot: --limit must be at least 1", file=sys.stderr)
         return 2
@@ -63,42 +60,17 @@ def _backfill(args: argparse.Namespace) -> int:
     preflight(settings, index=not args.reindex)
     # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    stopped: Summary | None = None
     try:
-        summary = run_configured(
-            settings,
-            args.source,
-            path=args.path,
-            source_url=args.database_url_source,
-            reindex=args.reindex,
-            prune=args.prune,
-            limit=args.limit,
-            page_size=args.page_size,
-            progress={"auto": None, "bar": True, "log": False}[args.progress],
-        )
-    except BackfillInterrupted as exc:
-        summary = stopped = exc.summary
+        code: int = resolve(BACKFILL)(settings, args)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if args.json:
-        print(json.dumps(summary.as_dict()))
-    else:
-        print(summary.line())
-    if stopped is not None:
-        print(
-            "citebot: interrupted; the finished pages and the checkpoint are saved: "
-            "run the same command again to resume",
-            file=sys.stderr,
-        )
-        return 130
-    return 0
+    return code
 
 
 def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
     """Send one ``backfill_tick`` message; a worker runs it (one per source at a time: advisory lock)."""
-    from worker.actors import declare_actors
+    from worker.actors import declare_actors, enqueue_only
     from worker.broker import build_broker
-    from worker.runtime import Runtime
 
     if args.reindex or args.limit is not None:
         print(
@@ -106,12 +78,9 @@ def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 2
 
-    def no_runtime() -> Runtime:
-        raise RuntimeError("this process only enqueues")
-
     broker = build_broker(settings.redis)
     try:
-        actors = declare_actors(broker, no_runtime, settings.limits)
+        actors = declare_actors(broker, enqueue_only, settings.limits)
         path = str(args.path.resolve()) if args.path else None
         actors.backfill_tick.send(args.source, path, args.database_url_source)
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 
@@ -23,12 +22,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def dispatch(module: str, args: argparse.Namespace) -> int:
-    """Run ``module.serve(args)`` for a command implemented outside ``worker`` (the development doubles
-    in ``eval.stack``), loading it by name only when the command runs: ``worker`` never imports ``eval``
-    (tests/packaging/test_import_direction.py), yet ``citebot forum serve`` keeps one parser and help."""
-    handler = importlib.import_module(module).serve
-    result: int = handler(args)
+def dispatch(ref: str, args: argparse.Namespace) -> int:
+    """Run the handler named ``ref`` (``worker.seams``) for a command implemented outside ``worker``
+    (the development doubles in ``eval.stack``), loading it only when the command runs: ``worker``
+    never imports ``eval`` (tests/packaging/test_import_direction.py), yet ``citebot forum serve``
+    keeps one parser and help."""
+    from worker.seams import resolve
+
+    result: int = resolve(ref)(args)
     return result
 
 

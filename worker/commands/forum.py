@@ -53,5 +53,6 @@ def register(group: argparse.ArgumentParser) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from worker.commands.common import dispatch
+    from worker.seams import FORUM_DOUBLE
 
-    return dispatch("eval.stack.forum.serve", args)
+    return dispatch(FORUM_DOUBLE, args)

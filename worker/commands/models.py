@@ -35,5 +35,6 @@ def register(group: argparse.ArgumentParser) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from worker.commands.common import dispatch
+    from worker.seams import MODEL_DOUBLE
 
-    return dispatch("eval.stack.modelserver.serve", args)
+    return dispatch(MODEL_DOUBLE, args)

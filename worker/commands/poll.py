@@ -29,10 +29,10 @@ def _outages() -> tuple[type[BaseException], ...]:
 
 def _poll(args: argparse.Namespace) -> int:
     from worker.actors import declare_actors, run_poll
+    from worker.assemble import RuntimeProvider
     from worker.broker import build_broker
     from worker.commands.common import preflight, settings_from
     from worker.errors import TransientError
-    from worker.runtime import RuntimeProvider
 
     settings = settings_from(args)
     preflight(settings, redis=True)

@@ -26,15 +26,14 @@ def register(group: argparse.ArgumentParser) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from worker.actors import DramatiqIntake, declare_actors
+    from worker.actors import DramatiqIntake, declare_actors, enqueue_only
     from worker.broker import build_broker
     from worker.commands.common import settings_from
-    from worker.runtime import RuntimeProvider
     from worker.webhook import create_app, redis_for_webhook
 
     settings = settings_from(args)
     broker = build_broker(settings.redis)
-    actors = declare_actors(broker, RuntimeProvider(settings), settings.limits)
+    actors = declare_actors(broker, enqueue_only, settings.limits)
     app = create_app(settings, DramatiqIntake(actors), redis_for_webhook(settings))
     uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_config=None)
     return 0

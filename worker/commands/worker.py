@@ -47,11 +47,10 @@ def _run(args: argparse.Namespace) -> int:
     import dramatiq
 
     from worker.actors import declare_actors
-    from worker.assemble import build_answerer
+    from worker.assemble import RuntimeProvider, build_answerer
     from worker.broker import build_broker
     from worker.commands.common import preflight, settings_from
     from worker.errors import ConfigError
-    from worker.runtime import RuntimeProvider
 
     settings = settings_from(args)
     if args.processes < 1:

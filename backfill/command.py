@@ -1,0 +1,43 @@
+"""The run behind ``citebot backfill`` (``worker/commands/backfill.py`` parses, checks and dispatches here
+through ``worker.seams.BACKFILL``): one backfill built from settings, its summary printed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from backfill.compose import run_configured
+from backfill.run import BackfillInterrupted, Summary
+from worker.settings import Settings
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    """Run the backfill the arguments describe; 130 when it was interrupted (its pages are saved)."""
+    stopped: Summary | None = None
+    try:
+        summary = run_configured(
+            settings,
+            args.source,
+            path=args.path,
+            source_url=args.database_url_source,
+            reindex=args.reindex,
+            prune=args.prune,
+            limit=args.limit,
+            page_size=args.page_size,
+            progress={"auto": None, "bar": True, "log": False}[args.progress],
+        )
+    except BackfillInterrupted as exc:
+        summary = stopped = exc.summary
+    if args.json:
+        print(json.dumps(summary.as_dict()))
+    else:
+        print(summary.line())
+    if stopped is not None:
+        print(
+            "citebot: interrupted; the finished pages and the checkpoint are saved: "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 130
+    return 0
