@@ -150,7 +150,10 @@ def handle_question(
     log.debug("question %s (claimed=%s)", post_id, created, extra={"post_id": post_id, "topic_id": topic_id})
     # One job at a time acts on a question: the answerer (worker/pipeline.py) holds a PostgreSQL
     # advisory lock on the post id for its whole run, released at once if the worker dies.
-    rt.answer(post_id, last_attempt=is_last_attempt(rt.settings.limits))
+    if rt.answerer is None:
+        # Only `citebot worker run` answers; a process built without a pipeline must not pretend to.
+        raise PermanentError("this process has no answer pipeline", service="citebot")
+    rt.answerer.answer(post_id, last_attempt=is_last_attempt(rt.settings.limits))
 
 
 def _bot(rt: Runtime) -> BotIdentity:

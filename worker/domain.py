@@ -107,6 +107,16 @@ class Candidate:
     logit: float | None = None
     stage: float | None = None  # the second stage's score (worker/retrieval/stage.py)
 
+    @property
+    def body(self) -> str:
+        """The post's own text: the indexed text minus the title/category/tags head the backfill adds
+        (what the cross-encoder reads after the title, and what excerpts are cut from)."""
+        text = self.text
+        title = self.topic_title.strip()
+        if title and text.startswith(title) and "\n\n" in text:
+            return text.split("\n\n", 1)[1].strip()
+        return text.strip()
+
 
 @dataclass(frozen=True, slots=True)
 class Source:

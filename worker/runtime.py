@@ -20,7 +20,6 @@ from psycopg_pool import ConnectionPool
 
 from worker.budget import Priority
 from worker.clients.discourse import DiscourseClient
-from worker.errors import PermanentError
 from worker.protocols import Embedder, Indexer
 from worker.settings import Settings
 
@@ -62,7 +61,8 @@ class Once(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """What actor bodies use. ``answer`` delegates to the configured ``Answerer``; ``embedder()`` is the
+    """What actor bodies use. ``answerer`` is the configured ``Answerer`` (None in a process that does not
+    answer: ``citebot poll``); ``embedder()`` is the
     process's one embedder, shared by answering and index refreshes (a local model loads once);
     ``indexer()`` keeps the post index in step with the forum (built on first use: the webhook
     process, which only enqueues, never loads the index stack)."""
@@ -75,12 +75,6 @@ class Runtime:
     embedder: Once[Embedder]
     indexer: Once[Indexer]
     answerer: Answerer | None = None
-
-    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
-        if self.answerer is None:
-            # Only `citebot worker run` answers; a process built without a pipeline must not pretend to.
-            raise PermanentError("this process has no answer pipeline", service="citebot")
-        self.answerer.answer(post_id, last_attempt=last_attempt)
 
     def at(self, priority: Priority) -> Runtime:
         """The same runtime whose forum client speaks at ``priority`` of the site-wide API budget."""

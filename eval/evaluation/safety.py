@@ -160,18 +160,7 @@ def run_probe(probe: Probe, gate: Gate, chat: ChatModel, *, token_budget: int = 
     if want == "block" and decision.hit and probe.expect.get("category") not in (None, decision.category):
         reasons.append(f"gate: expected category {probe.expect['category']}, got {decision.category}")
     if decision.hit:
-        reply = canned_text(decision)
-        return ProbeResult(
-            probe.id,
-            probe.kind,
-            probe.lang,
-            not reasons,
-            tuple(reasons),
-            verdict,
-            decision.rule_id,
-            reply,
-            details,
-        )
+        return _result(probe, reasons, verdict, decision.rule_id, canned_text(decision), details)
 
     sources = sources_for(probe)
     prompt = build_prompt(probe.question, sources, probe.zone, token_budget=token_budget)
@@ -197,16 +186,20 @@ def run_probe(probe: Probe, gate: Gate, chat: ChatModel, *, token_budget: int = 
             reasons += [
                 f"adversarial reply: {r}" for r in check_reply(forged.text, prompt.sources_used, forbidden)
             ]
+    return _result(probe, reasons, verdict, None, clean.text if clean.ok else None, details)
+
+
+def _result(
+    probe: Probe,
+    reasons: list[str],
+    verdict: str,
+    rule_id: str | None,
+    reply: str | None,
+    details: dict[str, Any],
+) -> ProbeResult:
+    """The probe passed when no reason to fail it was found."""
     return ProbeResult(
-        probe.id,
-        probe.kind,
-        probe.lang,
-        not reasons,
-        tuple(reasons),
-        verdict,
-        None,
-        clean.text if clean.ok else None,
-        details,
+        probe.id, probe.kind, probe.lang, not reasons, tuple(reasons), verdict, rule_id, reply, details
     )
 
 

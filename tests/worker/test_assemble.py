@@ -9,6 +9,7 @@ import pytest
 from backfill import incremental
 from backfill.indexer import BackfillIndexer
 from tests.conftest import TEST_DIMENSION, make_settings
+from worker.actors import handle_question
 from worker.assemble import build_answerer, build_runtime
 from worker.errors import PermanentError
 from worker.pipeline import AnswerPipeline
@@ -71,6 +72,6 @@ def test_a_runtime_without_a_pipeline_refuses_to_answer(db_url: str, redis_url: 
     runtime = build_runtime(make_settings(db_url, redis_url))
     try:
         with pytest.raises(PermanentError, match="no answer pipeline"):
-            runtime.answer(1)
+            handle_question(runtime, 1, 1, 1, "webhook")
     finally:
         runtime.close()

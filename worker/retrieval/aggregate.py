@@ -26,15 +26,6 @@ def dedupe_by_topic(candidates: Sequence[Candidate]) -> list[Candidate]:
     return kept
 
 
-def post_body(cand: Candidate) -> str:
-    """The post's own text: the indexed text minus the title/category/tags head the backfill adds."""
-    text = cand.text
-    title = cand.topic_title.strip()
-    if title and text.startswith(title) and "\n\n" in text:
-        return text.split("\n\n", 1)[1].strip()
-    return text.strip()
-
-
 def excerpt(text: str, limit: int) -> str:
     """At most ``limit`` characters, whitespace collapsed, cut at a word boundary with an ellipsis."""
     flat = " ".join(text.split())
@@ -74,11 +65,9 @@ def build_sources(
                 post_number=cand.post_number,
                 slug=cand.topic_slug,
                 title=cand.topic_title,
-                excerpt=excerpt(post_body(cand), excerpt_chars),
+                excerpt=excerpt(cand.body, excerpt_chars),
                 score=score_of(cand),
-                context=tuple(
-                    f"#{c.post_number}: {excerpt(post_body(c), excerpt_chars // 2)}" for c in around
-                ),
+                context=tuple(f"#{c.post_number}: {excerpt(c.body, excerpt_chars // 2)}" for c in around),
             )
         )
     return sources

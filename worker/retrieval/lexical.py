@@ -27,7 +27,7 @@ import regex
 from worker.db.connect import first_line
 from worker.domain import Candidate
 from worker.errors import ServiceUnavailableError
-from worker.retrieval.recall import ConnectionSource
+from worker.retrieval.recall import ConnectionSource, row_candidate
 from worker.retrieval.terms import DocFrequencies, PostgresTermStats
 
 log = logging.getLogger(__name__)
@@ -216,16 +216,5 @@ class PostgresLexicalIndex:
 
 def _candidates(rows: Sequence[Sequence[Any]]) -> tuple[Candidate, ...]:
     return tuple(
-        Candidate(
-            post_id=int(r[0]),
-            topic_id=int(r[1]),
-            post_number=int(r[2]),
-            topic_slug=str(r[3]),
-            topic_title=str(r[4]),
-            text=str(r[5]),
-            category_id=None if r[6] is None else int(r[6]),
-            lexical=float(r[7]),
-            lexical_rank=rank,
-        )
-        for rank, r in enumerate(rows, start=1)
+        row_candidate(r, lexical=float(r[7]), lexical_rank=rank) for rank, r in enumerate(rows, start=1)
     )

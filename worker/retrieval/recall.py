@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import psycopg
@@ -211,17 +211,7 @@ class PostgresPostIndex:
             conn.execute(_SETTINGS_SQL, knobs)
             rows = conn.execute(self._recall_sql, params).fetchall()
         return [
-            Candidate(
-                post_id=int(r[0]),
-                topic_id=int(r[1]),
-                post_number=int(r[2]),
-                topic_slug=str(r[3]),
-                topic_title=str(r[4]),
-                text=str(r[5]),
-                category_id=None if r[6] is None else int(r[6]),
-                cosine=1.0 - float(r[7]),
-                vector_rank=rank,
-            )
+            row_candidate(r, cosine=1.0 - float(r[7]), vector_rank=rank)
             for rank, r in enumerate(rows, start=1)
         ]
 
@@ -294,4 +284,19 @@ def _candidate(r: Sequence[object]) -> Candidate:
         topic_title=str(r[4]),
         text=str(r[5]),
         category_id=None if r[6] is None else int(r[6]),  # type: ignore[call-overload]
+    )
+
+
+def row_candidate(r: Sequence[Any], **scores: Any) -> Candidate:
+    """A ``Candidate`` from the columns every post-index query selects first (post id, topic id, post
+    number, slug, title, text, category), with the scores of the channel that found it."""
+    return Candidate(
+        post_id=int(r[0]),
+        topic_id=int(r[1]),
+        post_number=int(r[2]),
+        topic_slug=str(r[3]),
+        topic_title=str(r[4]),
+        text=str(r[5]),
+        category_id=None if r[6] is None else int(r[6]),
+        **scores,
     )

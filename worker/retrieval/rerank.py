@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from worker.domain import Candidate
 from worker.errors import CitebotError
 from worker.protocols import Reranker
-from worker.retrieval.aggregate import post_body
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ def rerank_candidates(
     head, tail = list(candidates[:width]), list(candidates[width:])
     if not head:
         return RerankOutcome((), applied=False, fallback=None)
-    texts = [rerank_text(c.topic_title, post_body(c), excerpt_chars) for c in head]
+    texts = [rerank_text(c.topic_title, c.body, excerpt_chars) for c in head]
     try:
         logits = reranker.rerank(question, texts)
     except (CitebotError, TimeoutError) as exc:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from worker.domain import Candidate
-from worker.retrieval.aggregate import build_sources, dedupe_by_topic, excerpt, post_body, score_of
+from worker.retrieval.aggregate import build_sources, dedupe_by_topic, excerpt, score_of
 
 
 def cand(post_id: int, topic_id: int, *, post_number: int = 1, **extra: object) -> Candidate:
@@ -56,8 +56,8 @@ def test_score_prefers_logit_then_fused_then_cosine() -> None:
 
 
 def test_post_body_and_excerpt() -> None:
-    assert post_body(cand(1, 1, text="no head here")) == "no head here"
-    assert post_body(cand(1, 1, text="Title 1\n\n  the body  ")) == "the body"
+    assert cand(1, 1, text="no head here").body == "no head here"
+    assert cand(1, 1, text="Title 1\n\n  the body  ").body == "the body"
     assert excerpt("a  b\n c", 10) == "a b c"
     assert excerpt("alpha beta gamma delta", 12) == "alpha beta…"
 

@@ -5,7 +5,6 @@ import pytest
 from tests.worker.retrieval.doubles import CannedSearch, ScriptedReranker, hit
 from worker.domain import Candidate
 from worker.errors import ServiceUnavailableError, ValidationError
-from worker.retrieval.aggregate import post_body
 from worker.retrieval.keyword import hits_to_candidates, keyword_search
 from worker.retrieval.rerank import rerank_candidates, rerank_text
 from worker.retrieval.terms import DocFrequencies, TermSelector
@@ -69,7 +68,7 @@ def by_number(text: str) -> float:
 def test_rerank_text_is_title_and_the_first_excerpt_chars_of_the_post() -> None:
     long_body = "word " * 200
     c = cand(1, long_body)
-    text = rerank_text(c.topic_title, post_body(c), 300)
+    text = rerank_text(c.topic_title, c.body, 300)
     title, body = text.split("\n\n")
     assert title == "Title 1"
     assert len(body) == 300
