@@ -12,6 +12,10 @@ What it holds (``gate/intent/<model>.json``, one file per embedding model, writt
 - ``k`` and ``threshold``: the score is the mean similarity of the ``k`` nearest harmful exemplars
   minus that of the ``k`` nearest benign ones, and the layer hits at ``threshold`` or above. The
   threshold is calibrated so that no real forum question is blocked (``docs/gate.md``);
+- optionally a linear head (``weights``, ``bias``: a logistic regression fitted on labelled
+  harmful and benign questions and real forum posts): then the score is its logit
+  ``weights · v + bias`` and the threshold is on that logit; the nearest exemplars still give the
+  category;
 - ``model``, ``dimension`` and ``exemplars_sha256``: the vector space the exemplars belong to and
   the exemplars that made them. A vector of another size is refused (``IntentError``).
 
@@ -81,6 +85,8 @@ class IntentLayer:
         exemplars_sha256: str = "",
         source: str = "",
         info: dict[str, Any] | None = None,
+        weights: Any | None = None,
+        bias: float = 0.0,
     ) -> None:
         self.model = model
         self.harmful = np.asarray(harmful, dtype=np.float32)
@@ -97,7 +103,14 @@ class IntentLayer:
             raise IntentError(f"{source}: one harmful category per harmful exemplar")
         if not 1 <= self.k <= min(self.harmful.shape[0], self.benign.shape[0]):
             raise IntentError(f"{source}: k must be between 1 and the number of exemplars of a side")
-        if not -1.0 <= self.threshold <= 2.0:
+        self.weights = None if weights is None else np.asarray(weights, dtype=np.float32)
+        self.bias = float(bias)
+        if self.weights is not None:
+            if self.weights.shape != (self.harmful.shape[1],) or not np.isfinite(self.weights).all():
+                raise IntentError(f"{source}: the linear head needs one finite weight per dimension")
+            if not (math.isfinite(self.bias) and math.isfinite(self.threshold)):
+                raise IntentError(f"{source}: the linear head's bias and threshold must be finite")
+        elif not -1.0 <= self.threshold <= 2.0:
             raise IntentError(f"{source}: threshold must be a similarity margin, got {self.threshold}")
         if not (np.isfinite(self.harmful).all() and np.isfinite(self.benign).all()):
             raise IntentError(f"{source}: exemplar vectors must be finite numbers")
@@ -148,6 +161,8 @@ class IntentLayer:
                 exemplars_sha256=str(data.get("exemplars_sha256", "")),
                 source=source,
                 info=data.get("info", {}),
+                weights=_vector(data["weights"], dimension) if "weights" in data else None,
+                bias=float(data.get("bias", 0.0)),
             )
         except IntentError:
             raise
@@ -169,7 +184,11 @@ class IntentLayer:
             "harmful": _encode(self.harmful),
             "benign": _encode(self.benign),
             "info": self.info,
-        }
+        } | (
+            {}
+            if self.weights is None
+            else {"weights": _encode(self.weights, "<f4"), "bias": round(self.bias, 6)}
+        )
 
     def check(self, vector: Sequence[float] | Any) -> IntentDecision:
         """Judge one question by its embedding. Raises IntentError for a vector of the wrong size."""
@@ -179,10 +198,12 @@ class IntentLayer:
                 f"the intent layer takes {self.dimension}-d vectors of {self.model}, got shape {v.shape}"
             )
         to_harmful = self.harmful @ v
-        to_benign = self.benign @ v
         nearest = np.argsort(-to_harmful, kind="stable")[: self.k]
-        top_benign = np.sort(to_benign)[-self.k :]
-        score = float(to_harmful[nearest].mean() - top_benign.mean())
+        if self.weights is not None:
+            score = float(self.weights @ v + self.bias)
+        else:
+            top_benign = np.sort(self.benign @ v)[-self.k :]
+            score = float(to_harmful[nearest].mean() - top_benign.mean())
         if math.isnan(score):
             score = -1.0
         votes = [self.labels[i] for i in nearest]
@@ -190,8 +211,18 @@ class IntentLayer:
         return IntentDecision(score >= self.threshold, category, round(score, 4), self.threshold)
 
 
-def _encode(matrix: Any) -> str:
-    return base64.b64encode(np.asarray(matrix, dtype="<f2").tobytes()).decode("ascii")
+def _encode(matrix: Any, dtype: str = "<f2") -> str:
+    return base64.b64encode(np.asarray(matrix, dtype=dtype).tobytes()).decode("ascii")
+
+
+def _vector(encoded: object, dimension: int) -> Any:
+    """The linear head's weights: base64 float32, one per dimension."""
+    if not isinstance(encoded, str):
+        raise IntentError("the linear head's weights must be base64 float32 text")
+    values = np.frombuffer(base64.b64decode(encoded.encode("ascii"), validate=True), dtype="<f4")
+    if values.size != dimension:
+        raise IntentError(f"the linear head has {values.size} weights for {dimension}-d vectors")
+    return values.astype(np.float32)
 
 
 def _matrix(encoded: object, dimension: int) -> Any:

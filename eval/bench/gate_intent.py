@@ -106,6 +106,8 @@ def regression_benign() -> list[str]:
 
 
 def train(args: argparse.Namespace) -> int:
+    if args.head == "linear":
+        return train_linear(args)
     emb = embedder()
     rows = exemplars()
     vectors = embed(emb, [r["text"] for r in rows])
@@ -162,6 +164,95 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def archive_sample(emb: Any) -> Any:
+    """The archive posts whose vectors are already cached (whole chunks from the start of the
+    archive that ``archive`` embedded before it was stopped): real forum text for the linear head."""
+    _, texts = archive_posts()
+    vectors = []
+    for start in range(0, len(texts), CHUNK):
+        path = _chunk_path(emb, texts[start : start + CHUNK])
+        if not path.exists():
+            break
+        vectors.append(np.load(path))
+    return np.concatenate(vectors) if vectors else np.zeros((0, emb.dimension), dtype=np.float32)
+
+
+def train_linear(args: argparse.Namespace) -> int:
+    """The linear head (``eval/bench/gate_head.py``) and its threshold."""
+    from eval.bench.gate_head import (
+        FORUM_TEXT,
+        HARMFUL,
+        LOOK_ALIKE,
+        fit_logistic,
+        out_of_fold_logits,
+        regression_rows,
+        training_set,
+    )
+
+    emb = embedder()
+    rows = exemplars()
+    exemplar_vectors = cached_vectors(emb, "exemplars", [r["text"] for r in rows])
+    regression = regression_rows()
+    regression_vectors = np.vstack(
+        [
+            cached_vectors(emb, path.stem, [r["text"] for r in _rows(path)])
+            for path in sorted((REPO / "tests" / "gate").glob("*.jsonl"))
+        ]
+    )
+    forum_vectors = cached_vectors(emb, "forum", forum_questions(FORUM, 1000))
+    sample = archive_sample(emb)
+    x, y, weight, group = training_set(
+        rows, exemplar_vectors, regression, regression_vectors, np.vstack([forum_vectors, sample])
+    )
+    head = fit_logistic(x, y, weight, l2=args.l2)
+    harmful = [i for i, r in enumerate(rows) if r["label"] != BENIGN]
+    benign = [i for i, r in enumerate(rows) if r["label"] == BENIGN]
+    # The look-alikes' threshold from heads fitted without them (in sample, every one of them would
+    # be far below it): at most --benign-rate of them out of fold at or above it.
+    out_of_fold = out_of_fold_logits(x, y, weight, l2=args.l2)
+    look = np.sort(out_of_fold[group == LOOK_ALIKE])
+    allowed = int(args.benign_rate * len(look))
+    look_threshold = float(look[len(look) - allowed - 1]) + 1e-4
+    forum_top = float((x[group == FORUM_TEXT] @ head.weights + head.bias).max())
+    threshold = max(forum_top + args.margin, look_threshold)
+    info = {
+        "method": "logistic regression over the question embedding (eval/bench/gate_head.py); "
+        f"category from the {args.k} nearest harmful exemplars",
+        "training": {
+            "harmful": int((group == HARMFUL).sum()),
+            "look_alikes": int((group == LOOK_ALIKE).sum()),
+            "forum_texts": int((group == FORUM_TEXT).sum()),
+            "l2": args.l2,
+        },
+        "calibration": (
+            f"threshold = max(highest logit of the {len(forum_vectors)} forum questions and {len(sample)} "
+            f"archive posts (in sample) {forum_top:.3f} + {args.margin}, the logit that keeps "
+            f"{allowed} of the {len(look)} look-alikes at or above it out of fold: {look_threshold:.3f})"
+        ),
+        "out_of_fold_harmful_recall": round(float((out_of_fold[group == HARMFUL] >= threshold).mean()), 4),
+    }
+    layer = IntentLayer(
+        model=emb.model,
+        harmful=exemplar_vectors[harmful],
+        labels=[rows[i]["label"] for i in harmful],
+        benign=exemplar_vectors[benign],
+        k=args.k,
+        threshold=threshold,
+        exemplars_sha256=exemplars_digest(exemplars_text()),
+        info=info,
+        weights=head.weights,
+        bias=head.bias,
+    )
+    out = WEIGHTS_DIR / f"{model_slug(emb.model)}.json"
+    out.write_text(json.dumps(layer.to_json(), indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out.relative_to(REPO)}: {json.dumps(info, indent=1)}")
+    return 0
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def archive(args: argparse.Namespace) -> int:
     layer = IntentLayer.load()
     emb = embedder()
@@ -209,6 +300,10 @@ def main(argv: Sequence[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_train = sub.add_parser("train", help="fit the head and calibrate its threshold")
     p_train.add_argument("--k", type=int, default=3, help="nearest exemplars averaged on each side")
+    p_train.add_argument(
+        "--head", choices=("knn", "linear"), default="linear", help="nearest exemplars or a linear head"
+    )
+    p_train.add_argument("--l2", type=float, default=1.0, help="the linear head's L2 penalty")
     p_train.add_argument("--margin", type=float, default=0.02, help="added to the top forum score")
     p_train.add_argument(
         "--at-least",

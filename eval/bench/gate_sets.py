@@ -78,6 +78,7 @@ def main(argv: Sequence[str]) -> int:
     gate = Gate.load()
     intent = embed = None
     if args.intent:
+        from eval.bench.gate_intent import cached_vectors
         from eval.bench.gate_intent import embedder as local_embedder
 
         intent = IntentLayer.load()
@@ -89,7 +90,9 @@ def main(argv: Sequence[str]) -> int:
     figures: dict[str, Any] = {}
     for path in args.files:
         rows = load_set(path)
-        vectors = embed.embed([r["text"] for r in rows], kind="query") if embed is not None else None
+        vectors = None
+        if embed is not None:
+            vectors = cached_vectors(embed, path.stem, [r["text"] for r in rows])
         result = score(rows, gate, intent, vectors)
         figures[path.name] = result
         for lang in ("all", "en", "fr"):

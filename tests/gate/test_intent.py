@@ -106,3 +106,69 @@ def test_exemplars_are_not_copied_from_the_labelled_sets() -> None:
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 assert json.loads(line)["text"].casefold() not in texts, path.name
+
+
+def linear() -> IntentLayer:
+    base = small()
+    return IntentLayer(
+        model=base.model,
+        harmful=base.harmful,
+        labels=base.labels,
+        benign=base.benign,
+        k=1,
+        threshold=0.5,
+        weights=[2.0, -2.0, 1.0],
+        bias=-0.5,
+    )
+
+
+def test_a_linear_head_decides_on_its_logit_and_keeps_the_exemplars_category() -> None:
+    hit = linear().check(unit(1, 0.05, 0))
+    assert hit.hit
+    assert hit.category == "weapons"
+    assert hit.score == pytest.approx(2 * unit(1, 0.05, 0)[0] - 2 * unit(1, 0.05, 0)[1] - 0.5, abs=1e-4)
+    # Near the harmful exemplars of "drugs" but under the head's threshold: the head decides.
+    miss = linear().check(unit(0.1, 0.3, 0.9))
+    assert not miss.hit
+    assert miss.category == "drugs"
+
+
+def test_a_linear_head_round_trips_through_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "layer.json"
+    path.write_text(json.dumps(linear().to_json()), encoding="utf-8")
+    loaded = IntentLayer.load(path)
+    assert loaded.weights is not None
+    vector = unit(0.7, 0.2, 0.4)
+    assert loaded.check(vector) == linear().check(vector)
+
+
+def test_a_linear_head_of_another_size_is_refused(tmp_path: Path) -> None:
+    data = linear().to_json()
+    data["weights"] = IntentLayer(
+        model="m",
+        harmful=[[1.0, 0.0]],
+        labels=["weapons"],
+        benign=[[0.0, 1.0]],
+        k=1,
+        threshold=0.1,
+        weights=[1.0, 1.0],
+    ).to_json()["weights"]
+    path = tmp_path / "layer.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(IntentError, match="2 weights for 3-d vectors"):
+        IntentLayer.load(path)
+
+
+def test_the_logistic_fit_separates_and_is_deterministic() -> None:
+    from eval.bench.gate_head import fit_logistic
+
+    rng = np.random.default_rng(3)
+    x = np.vstack([rng.normal(1.0, 0.5, (40, 4)), rng.normal(-1.0, 0.5, (60, 4))])
+    y = np.concatenate([np.ones(40), np.zeros(60)])
+    weight = np.ones(100)
+    head = fit_logistic(x, y, weight, l2=0.1)
+    logits = x @ head.weights + head.bias
+    assert ((logits > 0) == (y == 1)).mean() > 0.95
+    again = fit_logistic(x, y, weight, l2=0.1)
+    assert np.array_equal(head.weights, again.weights)
+    assert head.bias == again.bias
