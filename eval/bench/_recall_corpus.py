@@ -38,15 +38,18 @@ class Params:
     clusters: int
     seed: int
     latent: int = 0
+    storage: str = "extended"  # of the embedding column: "plain" keeps vectors in the heap, not TOAST
 
     @property
     def key(self) -> str:
         shape = f" latent={self.latent}" if self.latent else ""
-        return f"n={self.n} dim={self.dim} clusters={self.clusters} seed={self.seed}{shape}"
+        kept = f" storage={self.storage}" if self.storage != "extended" else ""
+        return f"n={self.n} dim={self.dim} clusters={self.clusters} seed={self.seed}{shape}{kept}"
 
     @property
     def db_name(self) -> str:
-        return f"{DB_NAME}_{self.n}_{self.dim}" + (f"_latent{self.latent}" if self.latent else "")
+        name = f"{DB_NAME}_{self.n}_{self.dim}" + (f"_latent{self.latent}" if self.latent else "")
+        return name + (f"_{self.storage}" if self.storage != "extended" else "")
 
 
 def parse_size(text: str) -> int:
@@ -158,6 +161,8 @@ def load_table(url: str, p: Params) -> float:
     with psycopg.connect(db_url) as conn:
         register_vector(conn)
         drop_vector_indexes(conn)
+        if p.storage != "extended":
+            conn.execute(f"ALTER TABLE post_index ALTER COLUMN embedding SET STORAGE {p.storage.upper()}")
         copy_sql = (
             "COPY post_index (post_id, topic_id, post_number, topic_slug, topic_title, category_id, text,"
             " digest, model, embedding) FROM STDIN (FORMAT BINARY)"

@@ -61,6 +61,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--latent", type=int, default=0, help="clusters in a LATENT-d subspace (default 0: isotropic, harder)"
     )
+    ap.add_argument(
+        "--storage",
+        choices=["extended", "plain"],
+        default="extended",
+        help="the embedding column's storage (the schema's: extended, i.e. TOAST; plain: in the heap)",
+    )
     ap.add_argument("--brute-queries", type=int, default=20, help="queries timed on the numpy scan")
     ap.add_argument("--shared-buffers", default="3GB", help="server shared_buffers")
     ap.add_argument("--maintenance-work-mem", default="6GB", help="for the index builds")
@@ -249,7 +255,8 @@ def main(argv: list[str]) -> int:
     kinds: list[VectorIndexKind] = [k for k in KINDS if k in args.kinds.split(",")]
     halfvec_max = rc.parse_size(args.halfvec_max) if args.halfvec_max else 0
     params = [
-        rc.Params(n, args.dim, args.clusters or max(1, n // 250), args.seed, args.latent) for n in sizes
+        rc.Params(n, args.dim, args.clusters or max(1, n // 250), args.seed, args.latent, args.storage)
+        for n in sizes
     ]
     server, url = rc.start_server(DATA_DIR, args.shared_buffers, keep=args.keep_server)
     measured = []
