@@ -75,12 +75,15 @@ class SearchHit:
     category_id: int | None = None
 
 
+NotificationKind = Literal["mentioned", "replied", "private_message", "other"]
+
+
 @dataclass(frozen=True, slots=True)
 class Notification:
     """A notification of the bot user: a mention of it, or a reply to one of its posts."""
 
     id: int
-    kind: Literal["mentioned", "replied", "private_message", "other"]
+    kind: NotificationKind
     topic_id: int
     post_number: int
     post_id: int | None

@@ -11,9 +11,9 @@ from tests.conftest import REDIS_NAMESPACE
 from worker import answers
 from worker.addressing import BotIdentity
 from worker.dedupe import question_key
-from worker.domain import ForumPost, Notification
-from worker.errors import NotFoundError
+from worker.domain import ForumPost, Notification, NotificationKind
 from worker.poller import poll_once
+from worker.testing.forum import FakeForum
 
 pytestmark = pytest.mark.integration
 
@@ -21,50 +21,31 @@ NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 BOT = BotIdentity("citebot")
 
 
-class FakeForum:
-    """The bot's notifications and the posts behind them, in memory."""
+class Forum(FakeForum):
+    """The shipped ``FakeForum``, with the tests' topic 9 and a helper that adds a post and its
+    notification in one call."""
 
     def __init__(self) -> None:
-        self.notes: list[Notification] = []
-        self.posts: dict[int, ForumPost] = {}
+        super().__init__()
+        self.add_topic(9, "Topic 9", "topic-9")
 
     def add(
-        self, post_id: int, raw: str, *, kind: str = "mentioned", age_s: int = 60, **fields: object
+        self,
+        post_id: int,
+        raw: str,
+        *,
+        kind: NotificationKind = "mentioned",
+        age_s: int = 60,
+        **fields: object,
     ) -> None:
-        self.notes.append(
-            Notification(
-                id=len(self.notes) + 1,
-                kind=kind,  # type: ignore[arg-type]
-                topic_id=9,
-                post_number=post_id % 100,
-                post_id=post_id,
-                created_at=(NOW - timedelta(seconds=age_s)).isoformat().replace("+00:00", "Z"),
-            )
-        )
         base = ForumPost(
             id=post_id, topic_id=9, post_number=post_id % 100, username="alice", user_id=4, raw=raw
         )
-        self.posts[post_id] = dataclasses.replace(base, **fields)  # type: ignore[arg-type]
-
-    def get_notifications(self, *, offset: int = 0) -> list[Notification]:
-        # Newest first, 60 a page, like Discourse.
-        newest_first = sorted(self.notes, key=lambda n: n.id, reverse=True)
-        return newest_first[offset : offset + 60]
-
-    def get_post(self, post_id: int) -> ForumPost:
-        if post_id not in self.posts:
-            raise NotFoundError("gone", status=404)
-        return self.posts[post_id]
-
-    def get_post_by_number(self, topic_id: int, post_number: int) -> ForumPost:
-        self.by_number_calls = getattr(self, "by_number_calls", 0) + 1
-        for post in self.posts.values():
-            if (post.topic_id, post.post_number) == (topic_id, post_number):
-                return post
-        raise NotFoundError("no such post", status=404)
+        post = self.posts[post_id] = dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+        self.notify(post, kind, (NOW - timedelta(seconds=age_s)).isoformat().replace("+00:00", "Z"))
 
 
-def run(forum: FakeForum, conn: psycopg.Connection, r: redis_lib.Redis, sent: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
+def run(forum: Forum, conn: psycopg.Connection, r: redis_lib.Redis, sent: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
     return poll_once(
         forum,
         conn,
@@ -80,14 +61,16 @@ def run(forum: FakeForum, conn: psycopg.Connection, r: redis_lib.Redis, sent: li
 
 
 def test_poll_enqueues_missed_questions_once(db_url: str, redis_url: str) -> None:
-    forum = FakeForum()
+    forum = Forum()
     forum.add(101, "@citebot first question")
     forum.add(102, "thanks!", kind="replied", reply_to_username="citebot")
     forum.add(103, "@citebot old question", age_s=7200)
     forum.add(104, "edited: no longer asks", kind="mentioned")
     forum.add(105, "@citebot hidden", hidden=True)
     forum.add(106, "@citebot liked", kind="other")
-    forum.notes.append(Notification(99, "mentioned", 9, 7, 107, NOW.isoformat()))  # post deleted since
+    forum.notifications.append(
+        Notification(99, "mentioned", 9, 7, 107, NOW.isoformat())
+    )  # post deleted since
     r = redis_lib.Redis.from_url(redis_url)
     sent: list[tuple[int, int, int]] = []
     with psycopg.connect(db_url) as conn:
@@ -105,7 +88,7 @@ def test_poll_answers_a_quoting_reply_to_the_bot_and_not_one_to_someone_else(
     db_url: str, redis_url: str
 ) -> None:
     # Discourse leaves reply_to_user out of a reply that quotes its parent (suppress_reply_when_quoting).
-    forum = FakeForum()
+    forum = Forum()
     forum.add(302, "I am the bot's earlier answer.", kind="other", username="citebot", user_id=-5)
     forum.add(303, "[quote]...[/quote] and on iOS?", kind="replied", reply_to_post_number=2)
     forum.add(305, "a post by bob", kind="other", username="bob")
@@ -124,7 +107,7 @@ def test_poll_answers_a_quoting_reply_to_the_bot_and_not_one_to_someone_else(
 
 
 def test_poll_skips_posts_whose_webhook_is_in_flight(db_url: str, redis_url: str) -> None:
-    forum = FakeForum()
+    forum = Forum()
     forum.add(201, "@citebot question")
     r = redis_lib.Redis.from_url(redis_url)
     r.set(question_key(REDIS_NAMESPACE, 201, 1), b"1", ex=60)
@@ -136,7 +119,7 @@ def test_poll_skips_posts_whose_webhook_is_in_flight(db_url: str, redis_url: str
 
 
 def test_failed_enqueue_leaves_no_row_and_no_key(db_url: str, redis_url: str) -> None:
-    forum = FakeForum()
+    forum = Forum()
     forum.add(301, "@citebot question")
     r = redis_lib.Redis.from_url(redis_url)
 
@@ -165,7 +148,7 @@ def test_failed_enqueue_leaves_no_row_and_no_key(db_url: str, redis_url: str) ->
 
 def test_rows_whose_message_was_lost_are_resent_once_per_period(db_url: str, redis_url: str) -> None:
     # No notification names them any more (they scrolled off the page): the rows themselves are read.
-    forum = FakeForum()
+    forum = Forum()
     r = redis_lib.Redis.from_url(redis_url)
     sent: list[tuple[int, int, int]] = []
     with psycopg.connect(db_url) as conn:
@@ -188,7 +171,7 @@ def test_rows_whose_message_was_lost_are_resent_once_per_period(db_url: str, red
 
 def test_poller_pages_back_through_the_look_back(db_url: str, redis_url: str) -> None:
     # 150 newer notifications (already answered) bury a missed question on the third page.
-    forum = FakeForum()
+    forum = Forum()
     forum.add(500, "@citebot buried question")
     for post_id in range(501, 651):
         forum.add(post_id, f"@citebot question {post_id}")

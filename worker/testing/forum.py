@@ -1,4 +1,5 @@
-"""An in-memory ``Forum`` for pipeline unit tests: posts, topics, search by word overlap, site settings.
+"""An in-memory ``Forum`` for unit tests: posts, topics, search by word overlap, site settings, and the
+bot's notifications (what the catch-up poller reads).
 
 A real implementation of the protocol (not a mock): it keeps state, assigns ids, and records every
 post the bot creates, so tests assert on what the forum would show.
@@ -11,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from worker.domain import ForumPost, ForumTopic, SearchHit
+from worker.domain import ForumPost, ForumTopic, Notification, NotificationKind, SearchHit
 from worker.errors import CitebotError, NotFoundError
 
 _WORD = re.compile(r"\w{3,}")
@@ -26,6 +27,8 @@ class FakeForum:
         self.created: list[ForumPost] = []
         self.fail_create: list[CitebotError] = []
         self.fail_settings: CitebotError | None = None
+        self.notifications: list[Notification] = []
+        self.by_number_calls = 0
         self._ids = itertools.count(100_000)
 
     def add_topic(self, topic_id: int, title: str, slug: str, category_id: int | None = 1) -> None:
@@ -67,6 +70,7 @@ class FakeForum:
         return self.posts[post_id]
 
     def get_post_by_number(self, topic_id: int, post_number: int) -> ForumPost:
+        self.by_number_calls += 1
         for post in self.posts.values():
             if post.topic_id == topic_id and post.post_number == post_number:
                 return post
@@ -114,6 +118,19 @@ class FakeForum:
         )
         self.created.append(post)
         return post
+
+    def notify(self, post: ForumPost, kind: NotificationKind, created_at: str) -> Notification:
+        """Tell the bot about ``post`` (a mention of it, a reply to it, …), as Discourse would."""
+        note = Notification(
+            len(self.notifications) + 1, kind, post.topic_id, post.post_number, post.id, created_at
+        )
+        self.notifications.append(note)
+        return note
+
+    def get_notifications(self, *, offset: int = 0) -> list[Notification]:
+        """The bot's notifications, newest first, 60 a page, like Discourse."""
+        newest_first = sorted(self.notifications, key=lambda n: n.id, reverse=True)
+        return newest_first[offset : offset + 60]
 
     def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
         if self.fail_settings is not None:
