@@ -74,6 +74,16 @@ def parser() -> argparse.ArgumentParser:
     _common(f, forum_required=False)
     f.add_argument("--out", type=Path, required=True, help="folder for the fitting run's report")
     f.add_argument("--l2", type=float, default=1.0, help="L2 penalty of the logistic regression")
+    f.add_argument(
+        "--features",
+        help="comma-separated second-stage features to fit (default: all; see worker/retrieval/stage.py)",
+    )
+    f.add_argument(
+        "--from-features",
+        type=Path,
+        help="refit from the features.npz a previous fit-stage run saved (no retrieval is run)",
+    )
+    f.add_argument("--dry-run", action="store_true", help="report the fit, do not write the weights")
     pr = sub.add_parser("probes", help="the safety probes alone")
     pr.add_argument("--out", type=Path, help="write probes.json here")
     n = sub.add_parser("nightly", help="retrieval eval + calibration + probes; floors and regressions")
@@ -124,7 +134,16 @@ def main(argv: list[str] | None = None) -> int:
             from worker.settings import load_settings
 
             settings = configured_settings() or load_settings()
-            fitted = fit_stage(run, model_set_id(settings.embeddings.model), l2=args.l2)
+            from worker.retrieval.stage import FEATURES
+
+            fitted = fit_stage(
+                run,
+                model_set_id(settings.embeddings.model),
+                l2=args.l2,
+                write=not args.dry_run,
+                features=tuple(f.strip() for f in args.features.split(",")) if args.features else FEATURES,
+                collected=args.from_features,
+            )
             print(json.dumps(fitted))
             return 0
         if args.command == "retrieval":

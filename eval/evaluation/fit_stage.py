@@ -12,8 +12,11 @@ here: ``python -m eval retrieval`` reports the held-out figures.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import logging
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from eval.evaluation.configs import CONFIGS, STAGE, Config
 from eval.evaluation.datasets import Question
 from eval.evaluation.runner import RetrievalRun, run_retrieval
 from worker.retrieval.pipeline import RetrievalResult
-from worker.retrieval.stage import FEATURES, StageModel, feature_rows, model_set_id, write_model
+from worker.retrieval.stage import FEATURES, StageModel, write_model
 
 log = logging.getLogger(__name__)
 
@@ -57,24 +60,68 @@ def provisional(model_set: str) -> StageModel:
     return StageModel(model_set, FEATURES, weights, (0.0,) * d, (1.0,) * d)
 
 
-def fit_stage(run: RetrievalRun, model_set: str, *, l2: float = L2, write: bool = True) -> dict[str, Any]:
-    """Collect the fit half's candidate features, fit, and (``write``) record the weights."""
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """Every fit-half candidate's raw features (``FEATURES`` order) and label, grouped by question."""
+
+    x: np.ndarray  # candidates × FEATURES
+    y: np.ndarray  # 1: an accepted answer of the question's topic
+    question: np.ndarray  # the candidate's question, an index into ``questions``
+    gold_topic: np.ndarray  # 1: the candidate's topic is the question's
+    topic: np.ndarray  # the candidate's topic id
+    questions: tuple[str, ...]
+    meta: dict[str, Any]
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(
+            path,
+            x=self.x,
+            y=self.y,
+            question=self.question,
+            gold_topic=self.gold_topic,
+            topic=self.topic,
+            questions=np.asarray(self.questions),
+            features=np.asarray(FEATURES),
+            meta=np.asarray(json.dumps(self.meta)),
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> Collected:
+        with np.load(path) as data:
+            if tuple(str(f) for f in data["features"]) != FEATURES:
+                raise ValueError(f"{path}: collected for other features; collect again")
+            return cls(
+                data["x"],
+                data["y"],
+                data["question"],
+                data["gold_topic"],
+                data["topic"],
+                tuple(str(q) for q in data["questions"]),
+                json.loads(str(data["meta"])),
+            )
+
+
+def collect_features(run: RetrievalRun, model_set: str) -> Collected:
+    """The fit half through the second stage under provisional weights (the candidate set does not
+    depend on the weights), every candidate's features recorded."""
     xs: list[list[float]] = []
     ys: list[float] = []
-    questions: set[str] = set()
-    found: set[str] = set()
+    qs: list[int] = []
+    gt: list[float] = []
+    topics: list[int] = []
+    ids: list[str] = []
 
     def collect(q: Question, config: Config, result: RetrievalResult) -> None:
         if not q.answerable:
             return
-        head = [c for c in result.candidates if c.stage is not None]
-        gold = set(q.gold_post_ids)
-        questions.add(q.id)
-        for cand, row in zip(head, feature_rows(head), strict=True):
+        gold, gold_topics = set(q.gold_post_ids), set(q.gold_topic_ids)
+        ids.append(q.id)
+        for cand, row in zip(result.candidates, result.stage_features, strict=False):
             xs.append([row[f] for f in FEATURES])
             ys.append(1.0 if cand.post_id in gold else 0.0)
-            if cand.post_id in gold:
-                found.add(q.id)
+            qs.append(len(ids) - 1)
+            gt.append(1.0 if cand.topic_id in gold_topics else 0.0)
+            topics.append(cand.topic_id)
 
     stage_run = replace(
         run,
@@ -85,31 +132,133 @@ def fit_stage(run: RetrievalRun, model_set: str, *, l2: float = L2, write: bool 
         write_thresholds=False,
     )
     results = run_retrieval(stage_run)
-    x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
-    if not len(y) or y.sum() == 0:
+    meta = {
+        "data": ", ".join(Path(q).name for q in run.questions)
+        + f" — the fit half only (long and short forms); forum {results['meta']['forum']} "
+        f"({results['meta']['posts_indexed']} posts)",
+    }
+    return Collected(
+        np.asarray(xs, dtype=np.float64).reshape(-1, len(FEATURES)),
+        np.asarray(ys, dtype=np.float64),
+        np.asarray(qs, dtype=np.int64),
+        np.asarray(gt, dtype=np.float64),
+        np.asarray(topics, dtype=np.int64),
+        tuple(ids),
+        meta,
+    )
+
+
+def fit(data: Collected, features: Sequence[str], model_set: str, *, l2: float = L2) -> StageModel:
+    """The logistic regression over ``features`` (a subset of ``FEATURES``) of ``data``'s candidates."""
+    cols = [FEATURES.index(f) for f in features]
+    x = data.x[:, cols]
+    if not len(data.y) or data.y.sum() == 0:
         raise ValueError("no accepted answer among the fit half's candidates: nothing to fit")
     mean = x.mean(axis=0)
     std = x.std(axis=0)
     std[std <= 1e-9] = 1.0
-    weights, bias = logistic_regression((x - mean) / std, y, l2=l2)
-    model = StageModel(model_set, FEATURES, tuple(float(w) for w in weights), tuple(mean), tuple(std), bias)
+    weights, bias = logistic_regression((x - mean) / std, data.y, l2=l2)
+    return StageModel(
+        model_set, tuple(features), tuple(float(w) for w in weights), tuple(mean), tuple(std), bias
+    )
+
+
+def hits_at(data: Collected, model: StageModel, k: int = 5) -> dict[str, float]:
+    """Share of ``data``'s questions with an accepted answer (post) and the gold topic among the first
+    ``k`` candidates (posts) / distinct topics when ranked by ``model``."""
+    cols = [FEATURES.index(f) for f in model.features]
+    x = (data.x[:, cols] - np.asarray(model.mean)) / np.asarray(model.std)
+    scores = x @ np.asarray(model.weights) + model.bias
+    post_hits = topic_hits = 0
+    n = len(data.questions)
+    for qi in range(n):
+        rows = np.flatnonzero(data.question == qi)
+        order = rows[np.argsort(-scores[rows], kind="stable")]
+        post_hits += bool(data.y[order[:k]].any())
+        topic_hits += _topic_rank(data, order) < k
+    return {"post_hit@5": round(post_hits / n, 4) if n else 0.0, "topic_hit@5": round(topic_hits / n, 4)}
+
+
+def _topic_rank(data: Collected, order: np.ndarray) -> int:
+    """The gold topic's place (0-based) among the distinct topics of ``order``; past the end if absent."""
+    seen: set[int] = set()
+    for i in order:
+        if data.gold_topic[i]:
+            return len(seen)
+        seen.add(int(data.topic[i]))
+    return len(order) + 1
+
+
+def cross_validated(
+    data: Collected, features: Sequence[str], model_set: str, *, l2: float = L2, folds: int = 5
+) -> dict[str, float]:
+    """Post and topic hit@5 of ``features`` by ``folds``-fold cross-validation over the fit half's
+    questions (a question's long and short forms in one fold): how features are chosen without
+    looking at the test half."""
+    base = [q.removesuffix("/short") for q in data.questions]
+    fold_of = {b: int(hashlib.sha256(b.encode()).hexdigest(), 16) % folds for b in set(base)}
+    totals = {"post_hit@5": 0.0, "topic_hit@5": 0.0}
+    for f in range(folds):
+        held = np.asarray([fold_of[b] == f for b in base])
+        train = _subset(data, ~held)
+        test = _subset(data, held)
+        model = fit(train, features, model_set, l2=l2)
+        for key, value in hits_at(test, model).items():
+            totals[key] += value * len(test.questions)
+    n = len(data.questions)
+    return {key: round(value / n, 4) for key, value in totals.items()}
+
+
+def _subset(data: Collected, keep_questions: np.ndarray) -> Collected:
+    kept = np.flatnonzero(keep_questions)
+    remap = -np.ones(len(data.questions), dtype=np.int64)
+    remap[kept] = np.arange(len(kept))
+    rows = keep_questions[data.question]
+    return Collected(
+        data.x[rows],
+        data.y[rows],
+        remap[data.question[rows]],
+        data.gold_topic[rows],
+        data.topic[rows],
+        tuple(data.questions[i] for i in kept),
+        data.meta,
+    )
+
+
+def fit_stage(
+    run: RetrievalRun,
+    model_set: str,
+    *,
+    l2: float = L2,
+    write: bool = True,
+    features: Sequence[str] = FEATURES,
+    collected: Path | None = None,
+) -> dict[str, Any]:
+    """Collect the fit half's candidate features (or read them from ``collected``), fit, and (``write``)
+    record the weights; the features are saved to ``run.out/features.npz`` for refits."""
+    unknown = set(features) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown second-stage features: {sorted(unknown)}; known: {', '.join(FEATURES)}")
+    if collected is not None:
+        data = Collected.load(collected)
+    else:
+        data = collect_features(run, model_set)
+        run.out.mkdir(parents=True, exist_ok=True)
+        data.save(run.out / "features.npz")
+    model = fit(data, features, model_set, l2=l2)
     figures = {
         "fitted": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "method": f"logistic regression (L2 {l2}) on standardised features; label: the post is an "
         "accepted answer of the question's topic",
-        "data": ", ".join(Path(q).name for q in run.questions)
-        + f" — the fit half only (long and short forms); forum {results['meta']['forum']} "
-        f"({results['meta']['posts_indexed']} posts)",
-        "questions": len(questions),
-        "questions_with_answer_in_candidates": len(found),
-        "candidates": len(y),
-        "positives": int(y.sum()),
+        "data": data.meta["data"],
+        "questions": len(data.questions),
+        "questions_with_answer_in_candidates": len({int(q) for q in data.question[data.y > 0]}),
+        "candidates": len(data.y),
+        "positives": int(data.y.sum()),
+        "fit_half_in_sample": hits_at(data, model),
+        "fit_half_cross_validated": cross_validated(data, features, model_set, l2=l2),
     }
     if write:
         write_model(model, figures)
         log.info("second-stage weights for %s written", model_set)
     return {"model": model.as_dict(), **figures}
-
-
-def model_set_for(embedding_model: str) -> str:
-    return model_set_id(embedding_model)

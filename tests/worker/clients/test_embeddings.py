@@ -303,6 +303,14 @@ def test_openai_contract(base_url: str) -> None:
     assert embedder.served_model == "text-embedding-3-small"
 
 
+def test_openai_says_query_or_passage_only_when_asked() -> None:
+    rec = Recorder(openai_ok)
+    OpenAIEmbedder(client(rec), cfg("openai", input_type=True)).embed(["q"], kind="query")
+    OpenAIEmbedder(client(rec), cfg("openai", input_type=True)).embed(["p"])
+    OpenAIEmbedder(client(rec), cfg("openai")).embed(["p"], kind="query")
+    assert [b.get("input_type") for b in rec.bodies()] == ["query", "passage", None]
+
+
 def test_openai_sends_no_authorization_without_a_key() -> None:
     rec = Recorder(openai_ok)
     OpenAIEmbedder(client(rec), cfg("openai")).embed(["a"])

@@ -137,6 +137,8 @@ def insert_post(
     title: str | None = None,
     text: str | None = None,
     model: str = "test-model",
+    username: str | None = None,
+    reply_to: int | None = None,
 ) -> None:
     """One row of post_index, as the backfill writes it (title, blank line, body)."""
     topic = topic_id if topic_id is not None else post_id
@@ -144,7 +146,8 @@ def insert_post(
     body = text if text is not None else f"body of post {post_id}"
     conn.execute(
         "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title, category_id, text,"
-        " digest, model, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, '\\x00', %s, %s)",
+        " digest, model, embedding, username, reply_to_post_number)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, '\\x00', %s, %s, %s, %s)",
         (
             post_id,
             topic,
@@ -155,6 +158,8 @@ def insert_post(
             f"{title}\n\n{body}",
             model,
             HalfVector(np.asarray(unit(vector), dtype=np.float32)),
+            username,
+            reply_to,
         ),
     )
 

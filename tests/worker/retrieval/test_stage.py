@@ -22,6 +22,7 @@ from worker.retrieval.stage import (
     FEATURES,
     StageModel,
     feature_rows,
+    is_brief,
     load_model,
     model_set_id,
     rank,
@@ -45,7 +46,8 @@ def cand(post_id: int, *, post_number: int = 2, cosine: float = 0.5, lexical: fl
 
 
 def model(**weights: float) -> StageModel:
-    return StageModel("m", FEATURES, tuple(weights.get(f, 0.0) for f in FEATURES), (0.0,) * 4, (1.0,) * 4)
+    d = len(FEATURES)
+    return StageModel("m", FEATURES, tuple(weights.get(f, 0.0) for f in FEATURES), (0.0,) * d, (1.0,) * d)
 
 
 def test_features_normalise_the_lexical_score_per_question() -> None:
@@ -53,6 +55,17 @@ def test_features_normalise_the_lexical_score_per_question() -> None:
     assert [r["lexical"] for r in rows] == [1.0, 0.25, 0.0]
     assert all(r["lexical_top"] == pytest.approx(np.log1p(4.0)) for r in rows)
     assert [r["first_post"] for r in rows] == [0.0, 1.0, 0.0]
+
+
+def test_brief_questions_get_their_own_cosine_and_lexical_features() -> None:
+    brief = feature_rows([cand(1, cosine=0.6, lexical=2.0)], brief=True)[0]
+    long = feature_rows([cand(1, cosine=0.6, lexical=2.0)], brief=False)[0]
+    assert (brief["brief_cosine"], brief["brief_lexical"]) == (pytest.approx(0.6), 1.0)
+    assert (long["brief_cosine"], long["brief_lexical"]) == (0.0, 0.0)
+    assert is_brief("Hi all,\n\nHow do I set the fog colour of a zone?")
+    assert not is_brief("How do I set the fog colour of a zone? " * 6)
+    # code and logs are not what the question says: a one-line question with a long log is brief
+    assert is_brief("Why does this crash?\n```\n" + "frame 0x0042 in Node::Update()\n" * 20 + "```")
 
 
 def test_rank_orders_by_the_weighted_score_and_prefers_replies() -> None:
@@ -66,7 +79,8 @@ def test_rank_orders_by_the_weighted_score_and_prefers_replies() -> None:
 
 def test_weights_file_round_trip_and_a_missing_model_set_names_the_fit_command(tmp_path: Path) -> None:
     path = tmp_path / "w.json"
-    m = StageModel("set-a", FEATURES, (1.0, 0.5, 0.2, -1.0), (0.5, 0.3, 1.0, 0.2), (0.1, 0.3, 0.5, 0.4), -3.0)
+    four = ("cosine", "lexical", "lexical_top", "first_post")  # a model may use some features only
+    m = StageModel("set-a", four, (1.0, 0.5, 0.2, -1.0), (0.5, 0.3, 1.0, 0.2), (0.1, 0.3, 0.5, 0.4), -3.0)
     write_model(m, {"fitted": "now"}, path=path)
     assert load_model("set-a", path=path) == m
     assert json.loads(path.read_text())["model_sets"]["set-a"]["fitted"] == "now"
