@@ -25,8 +25,10 @@ import numpy as np
 from eval.evaluation.configs import CONFIGS, STAGE, Config
 from eval.evaluation.datasets import Question
 from eval.evaluation.runner import RetrievalRun, run_retrieval
+from eval.evaluation.thresholds import propose_abstain, propose_weak
 from worker.retrieval.pipeline import RetrievalResult
 from worker.retrieval.stage import FEATURES, StageModel, write_model
+from worker.retrieval.zones import write_thresholds
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +150,15 @@ def collect_features(run: RetrievalRun, model_set: str) -> Collected:
     )
 
 
+def check_features(features: Sequence[str]) -> None:
+    unknown = set(features) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown second-stage features: {sorted(unknown)}; known: {', '.join(FEATURES)}")
+
+
 def fit(data: Collected, features: Sequence[str], model_set: str, *, l2: float = L2) -> StageModel:
     """The logistic regression over ``features`` (a subset of ``FEATURES``) of ``data``'s candidates."""
+    check_features(features)
     cols = [FEATURES.index(f) for f in features]
     x = data.x[:, cols]
     if not len(data.y) or data.y.sum() == 0:
@@ -225,6 +234,41 @@ def _subset(data: Collected, keep_questions: np.ndarray) -> Collected:
     )
 
 
+def top_scores(data: Collected, model: StageModel) -> list[tuple[float, bool, bool]]:
+    """Per question: the top candidate's score under ``model``, whether it is in the gold topic, and
+    whether the question is a short form."""
+    cols = [FEATURES.index(f) for f in model.features]
+    scores = ((data.x[:, cols] - np.asarray(model.mean)) / np.asarray(model.std)) @ np.asarray(
+        model.weights
+    ) + model.bias
+    out = []
+    for qi, qid in enumerate(data.questions):
+        rows = np.flatnonzero(data.question == qi)
+        if len(rows):
+            top = rows[int(np.argmax(scores[rows]))]
+            out.append((float(scores[top]), bool(data.gold_topic[top]), qid.endswith("/short")))
+    return out
+
+
+def stage_thresholds(data: Collected, model: StageModel) -> tuple[float, float, dict[str, Any]]:
+    """Zone thresholds for ``model`` from the fit half's answerable questions (as ``eval retrieval
+    --write-thresholds`` proposes them: abstain on at most 5 % of long and of short questions; weak
+    below the lowest score whose normal zone is 80 % right), so that refitted weights never keep the
+    thresholds of the previous ones. Out-of-domain questions are not collected here: their abstention
+    is judged on the test half by ``python -m eval retrieval``."""
+    tops = top_scores(data, model)
+    by_slice = {name: [v for v, _, short in tops if short == (name == "short")] for name in ("long", "short")}
+    abstain = min(propose_abstain(v) for v in by_slice.values() if v)
+    weak = propose_weak([(v, right) for v, right, _ in tops], [], abstain)
+    weak_below = weak if weak is not None else abstain
+    figures = {
+        name: {"n": len(v), "abstained": round(sum(x < abstain for x in v) / len(v), 4)}
+        for name, v in by_slice.items()
+        if v
+    }
+    return abstain, weak_below, figures
+
+
 def fit_stage(
     run: RetrievalRun,
     model_set: str,
@@ -236,9 +280,7 @@ def fit_stage(
 ) -> dict[str, Any]:
     """Collect the fit half's candidate features (or read them from ``collected``), fit, and (``write``)
     record the weights; the features are saved to ``run.out/features.npz`` for refits."""
-    unknown = set(features) - set(FEATURES)
-    if unknown:
-        raise ValueError(f"unknown second-stage features: {sorted(unknown)}; known: {', '.join(FEATURES)}")
+    check_features(features)  # before a retrieval run, not after it
     if collected is not None:
         data = Collected.load(collected)
     else:
@@ -258,7 +300,19 @@ def fit_stage(
         "fit_half_in_sample": hits_at(data, model),
         "fit_half_cross_validated": cross_validated(data, features, model_set, l2=l2),
     }
+    abstain, weak, slices = stage_thresholds(data, model)
+    figures["thresholds"] = {"abstain_below": round(abstain, 3), "weak_below": round(weak, 3)}
     if write:
         write_model(model, figures)
-        log.info("second-stage weights for %s written", model_set)
+        write_thresholds(
+            model.scorer_id,
+            abstain,
+            weak,
+            {
+                "fitted": figures["fitted"],
+                "data": f"{figures['data']}; answerable questions only (python -m eval fit-stage)",
+                "fit_half_in_sample": {"slices": slices},
+            },
+        )
+        log.info("second-stage weights and zone thresholds for %s written", model_set)
     return {"model": model.as_dict(), **figures}

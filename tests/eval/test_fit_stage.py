@@ -1,0 +1,89 @@
+"""fit-stage's numpy side: the saved features, the fit, hit rates, cross-validation, thresholds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eval.evaluation.fit_stage import Collected, cross_validated, fit, hits_at, stage_thresholds
+from worker.retrieval.stage import FEATURES
+
+COL = {f: i for i, f in enumerate(FEATURES)}
+
+
+def synthetic(questions: int = 60, per: int = 12, seed: int = 19) -> Collected:
+    """Each question: one accepted answer (a reply the asker followed, cosine a little above the
+    rest) in the gold topic, beside its question post (high cosine, first post) and noise."""
+    rng = np.random.default_rng(seed)
+    xs, ys, qs, gts, topics, ids = [], [], [], [], [], []
+    for q in range(questions):
+        ids.append(f"q{q}" + ("/short" if q % 2 else ""))
+        for i in range(per):
+            x = np.zeros(len(FEATURES))
+            x[COL["cosine"]] = rng.normal(0.4, 0.1)
+            gold_topic = i < 2
+            if i == 0:  # the answer
+                x[COL["cosine"]] += 0.08
+                x[COL["asker_followed"]] = 1.0
+            if i == 1:  # the gold topic's question post
+                x[COL["cosine"]] += 0.25
+                x[COL["first_post"]] = 1.0
+            xs.append(x)
+            ys.append(1.0 if i == 0 else 0.0)
+            qs.append(q)
+            gts.append(1.0 if gold_topic else 0.0)
+            topics.append(1000 * q + (0 if gold_topic else i))
+    return Collected(
+        np.asarray(xs),
+        np.asarray(ys),
+        np.asarray(qs),
+        np.asarray(gts),
+        np.asarray(topics),
+        tuple(ids),
+        {"data": "x"},
+    )
+
+
+def test_the_saved_features_load_back(tmp_path: Path) -> None:
+    data = synthetic(questions=3)
+    data.save(tmp_path / "f.npz")
+    back = Collected.load(tmp_path / "f.npz")
+    assert back.questions == data.questions
+    assert np.array_equal(back.x, data.x)
+    assert np.array_equal(back.topic, data.topic)
+    assert back.meta == {"data": "x"}
+
+
+def test_a_feature_that_tells_the_answer_is_learnt_and_cross_validates() -> None:
+    data = synthetic()
+    cosine_only = cross_validated(data, ("cosine",), "m")
+    with_facts = cross_validated(data, ("cosine", "first_post", "asker_followed"), "m")
+    assert with_facts["post_hit@5"] == 1.0
+    assert with_facts["post_hit@5"] > cosine_only["post_hit@5"] - 1e-9
+    model = fit(data, ("cosine", "first_post", "asker_followed"), "m")
+    weights = dict(zip(model.features, model.weights, strict=True))
+    assert weights["asker_followed"] > 1.0
+    assert weights["first_post"] < 0.0
+    assert hits_at(data, model)["topic_hit@5"] == 1.0
+
+
+def test_topic_hits_count_distinct_topics() -> None:
+    data = synthetic(questions=1, per=12)
+    model = fit(synthetic(), ("cosine",), "m")
+    # rank the gold topic last: 10 other topics come first, so it is not in the first 5
+    data.x[:, COL["cosine"]] = np.where(data.gold_topic > 0, -1.0, 1.0)
+    assert hits_at(data, model)["topic_hit@5"] == 0.0
+
+
+def test_thresholds_abstain_on_at_most_five_percent_of_each_slice() -> None:
+    data = synthetic(questions=100)
+    model = fit(data, ("cosine", "first_post", "asker_followed"), "m")
+    abstain, weak, slices = stage_thresholds(data, model)
+    assert weak >= abstain
+    assert set(slices) == {"long", "short"}
+    assert all(s["abstained"] <= 0.05 for s in slices.values())
+    assert all(s["n"] == 50 for s in slices.values())
+    with pytest.raises(ValueError, match="unknown"):
+        fit(data, ("colour",), "m")
