@@ -28,7 +28,7 @@ from pgvector import HalfVector
 from worker.db.connect import first_line
 from worker.domain import Candidate
 from worker.errors import ServiceUnavailableError
-from worker.retrieval.recall import ConnectionSource
+from worker.retrieval.recall import ConnectionSource, row_candidate
 
 # Every post of the topics (the facts are read before the exclusions, so that hiding a post from
 # retrieval does not change which post is a topic's first reply); then the eligible, not excluded ones.
@@ -118,19 +118,7 @@ class PostgresThreadIndex:
             raise ServiceUnavailableError(
                 f"post index unavailable: {first_line(exc)}", service="postgres"
             ) from exc
-        posts = tuple(
-            Candidate(
-                post_id=int(r[0]),
-                topic_id=int(r[1]),
-                post_number=int(r[2]),
-                topic_slug=str(r[3]),
-                topic_title=str(r[4]),
-                text=str(r[5]),
-                category_id=None if r[6] is None else int(r[6]),
-                cosine=float(r[7]),
-            )
-            for r in rows
-        )
+        posts = tuple(row_candidate(r, cosine=float(r[7])) for r in rows)
         facts = {
             int(r[0]): PostFacts(
                 first_reply=bool(r[8]),
