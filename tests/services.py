@@ -11,7 +11,10 @@ tests.
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,3 +46,27 @@ def redis_for_tests(launcher: Launcher) -> str:
     return launcher.redis(
         CACHE / "redis-test", url=os.environ.get("CITEBOT_TEST_REDIS_URL"), shared=SHARED_TEST_REDIS
     )
+
+
+def run_stack(
+    argv: Sequence[str], *, timeout_s: float, grace_s: float = 60.0, **popen: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run a command that brings up a stack of its own (the soak, the demo) and capture its output.
+
+    Past ``timeout_s`` it gets SIGTERM first, so that it stops every process it started (their own
+    sessions do not die with it), and SIGKILL only after ``grace_s``; then ``TimeoutExpired`` is raised
+    as ``subprocess.run`` would (a plain ``subprocess.run`` SIGKILLs it and leaks the whole stack)."""
+    with subprocess.Popen(
+        list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(list(argv), timeout_s, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)

@@ -20,7 +20,7 @@ from eval.demo.run import QUESTIONS, ROOT, SAMPLE
 from eval.demo.sample import DEMO_TOPICS, build_sample
 from eval.demo.show import stage_line
 from eval.stack.procs import DemoError, Processes, stop_saved
-from tests.services import unavailable
+from tests.services import run_stack, unavailable
 
 
 def test_links_in_reads_the_server_written_links_once_each() -> None:
@@ -175,12 +175,6 @@ def test_make_demo_answers_one_question_with_resolving_links_and_abstains_on_the
 
 
 def _run_demo(cache: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "eval.demo", "--cache", str(cache)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    return run_stack(
+        [sys.executable, "-m", "eval.demo", "--cache", str(cache)], cwd=ROOT, env=env, timeout_s=600
     )

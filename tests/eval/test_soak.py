@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from eval.soak.report import Row as AnswerRow
 from eval.soak.report import stage_totals
 from eval.soak.run import parse_faults
 from eval.soak.workload import FAULT_NAMES
-from tests.services import unavailable
+from tests.services import run_stack, unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +62,7 @@ def test_short_soak_one_kill_one_storm_every_question_answered_exactly_once(tmp_
         "--rate", "8", "--drain-timeout", "90", "--settle", "6", "--cache", str(tmp_path / "cache"),
         "--out", str(out),
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    done = run_stack(command, cwd=ROOT, timeout_s=240)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"no report (code {done.returncode}):\n{done.stderr[-3000:]}"
     report = json.loads(lines[-1])
