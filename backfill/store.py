@@ -355,6 +355,8 @@ class IndexStore:
             drop_vector_indexes(self.conn)
             self.conn.execute("TRUNCATE post_index")
             self.conn.execute(f"ALTER TABLE post_index ALTER COLUMN embedding TYPE halfvec({int(dimension)})")
+            # A new type takes the type's default storage: keep the vectors inline (migration 0008).
+            self.conn.execute("ALTER TABLE post_index ALTER COLUMN embedding SET STORAGE MAIN")
             self.conn.execute(
                 "UPDATE index_meta SET model = %s, dimension = %s, strategy = %s, updated_at = now()",
                 (model, dimension, strategy),

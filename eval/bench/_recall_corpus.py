@@ -38,12 +38,12 @@ class Params:
     clusters: int
     seed: int
     latent: int = 0
-    storage: str = "extended"  # of the embedding column: "plain" keeps vectors in the heap, not TOAST
+    storage: str = "main"  # of the embedding column (migration 0008); "extended" was the schema's before
 
     @property
     def key(self) -> str:
         shape = f" latent={self.latent}" if self.latent else ""
-        kept = f" storage={self.storage}" if self.storage != "extended" else ""
+        kept = f" storage={self.storage}" if self.storage != "extended" else ""  # old caches: extended
         return f"n={self.n} dim={self.dim} clusters={self.clusters} seed={self.seed}{shape}{kept}"
 
     @property
@@ -161,8 +161,7 @@ def load_table(url: str, p: Params) -> float:
     with psycopg.connect(db_url) as conn:
         register_vector(conn)
         drop_vector_indexes(conn)
-        if p.storage != "extended":
-            conn.execute(f"ALTER TABLE post_index ALTER COLUMN embedding SET STORAGE {p.storage.upper()}")
+        conn.execute(f"ALTER TABLE post_index ALTER COLUMN embedding SET STORAGE {p.storage.upper()}")
         copy_sql = (
             "COPY post_index (post_id, topic_id, post_number, topic_slug, topic_title, category_id, text,"
             " digest, model, embedding) FROM STDIN (FORMAT BINARY)"

@@ -63,9 +63,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument(
         "--storage",
-        choices=["extended", "plain"],
-        default="extended",
-        help="the embedding column's storage (the schema's: extended, i.e. TOAST; plain: in the heap)",
+        choices=["extended", "main", "plain"],
+        default="main",
+        help="the embedding column's storage (main: in the heap, the schema's since migration 0008; "
+        "extended: TOAST, as before it)",
     )
     ap.add_argument("--brute-queries", type=int, default=20, help="queries timed on the numpy scan")
     ap.add_argument("--shared-buffers", default="3GB", help="server shared_buffers")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -76,3 +77,43 @@ def test_unreachable_database_is_transient() -> None:
     settings = make_settings("postgresql://nobody@127.0.0.1:1/none", "redis://127.0.0.1:1/0")
     with pytest.raises(ServiceUnavailableError, match="cannot connect"):
         connect(settings.database)
+
+
+def _toast_bytes(conn: psycopg.Connection) -> int:
+    row = conn.execute(
+        "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'post_index'"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_1024_d_vectors_stay_in_the_heap_also_after_a_reindex(empty_db_url: str) -> None:
+    """Issue 18: a 1024-d halfvec (2,052 bytes) went to TOAST, and every re-ranked row paid for it."""
+    from pgvector import HalfVector
+    from pgvector.psycopg import register_vector
+
+    from backfill.store import IndexStore
+
+    settings = make_settings(
+        empty_db_url, "redis://127.0.0.1:1/0", embeddings={"model": "m", "dimension": 1024}
+    )
+    migrate(settings)
+    insert = (
+        "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title, text, digest,"
+        " model, embedding) VALUES (%s, 1, %s, 's', 't', 'x', '\\x00', 'm', %s)"
+    )
+    rng = np.random.default_rng(0)
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        register_vector(conn)
+        for i in range(1, 41):
+            conn.execute(insert, (i, i, HalfVector(rng.standard_normal(1024))))
+        assert _toast_bytes(conn) == 0
+        # A reindex changes the column's type, which resets its storage: it must set it again.
+        IndexStore(conn, "m").reindex("m2", 1024, "post-v1")
+        for i in range(1, 41):
+            conn.execute(insert.replace("'m'", "'m2'"), (i, i, HalfVector(rng.standard_normal(1024))))
+        assert _toast_bytes(conn) == 0
+        storage = conn.execute(
+            "SELECT attstorage FROM pg_attribute"
+            " WHERE attrelid = 'post_index'::regclass AND attname = 'embedding'"
+        ).fetchone()
+    assert storage == ("m",)
