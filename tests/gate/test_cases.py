@@ -138,3 +138,17 @@ def test_untuned_blind_set_6_keeps_its_recorded_floor(gate: Gate) -> None:
     assert (len(harmful), len(harmless)) == (125, 125)
     assert sum(gate.check(row["text"]).hit for row in harmful) >= 68
     assert sum(gate.check(row["text"]).hit for row in harmless) <= 2
+
+
+HELD_OUT_7 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-7.jsonl")
+
+
+def test_blind_set_7_keeps_what_its_tuning_reached(gate: Gate) -> None:
+    # Scored once before tuning (97/131 with both layers, 5/133 false blocks;
+    # eval/data/gate-heldout/README.md), then rules were written for the classes of its misses:
+    # an in-sample floor now, against losing them again.
+    harmful = [row for row in HELD_OUT_7 if row["expect"] == "block"]
+    harmless = [row for row in HELD_OUT_7 if row["expect"] == "pass"]
+    assert (len(harmful), len(harmless)) == (131, 133)
+    assert sum(gate.check(row["text"]).hit for row in harmful) >= 120
+    assert sum(gate.check(row["text"]).hit for row in harmless) == 0
