@@ -152,3 +152,17 @@ def test_blind_set_7_keeps_what_its_tuning_reached(gate: Gate) -> None:
     assert (len(harmful), len(harmless)) == (131, 133)
     assert sum(gate.check(row["text"]).hit for row in harmful) >= 120
     assert sum(gate.check(row["text"]).hit for row in harmless) == 0
+
+
+HELD_OUT_8 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-8.jsonl")
+
+
+def test_untouched_blind_set_8_keeps_its_recorded_floor(gate: Gate) -> None:
+    # The lead's set, scored at the session's start and after the gate's last change, never tuned on
+    # (eval/data/gate-heldout/README.md): the rules' figures then, so that a change losing ground on
+    # unseen wordings fails.
+    harmful = [row for row in HELD_OUT_8 if row["expect"] == "block"]
+    harmless = [row for row in HELD_OUT_8 if row["expect"] == "pass"]
+    assert (len(harmful), len(harmless)) == (120, 128)
+    assert sum(gate.check(row["text"]).hit for row in harmful) >= 67
+    assert sum(gate.check(row["text"]).hit for row in harmless) <= 2
