@@ -108,6 +108,7 @@ def test_ctrl_c_prints_one_summary_records_interrupted_and_the_same_command_resu
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()  # reap it and close its pipes, so no ResourceWarning reaches a later test
     assert proc.returncode == 130, err
     assert out.count("interrupted; seen") == 1, out  # one summary, on stdout
     assert "run the same command again to resume" in err

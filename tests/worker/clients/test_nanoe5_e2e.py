@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from tests.eval.forum.serving import free_port
+from eval.stack.redis import free_port
 from worker.clients.embeddings import OpenAIEmbedder
 from worker.settings import EmbeddingsSettings
 
