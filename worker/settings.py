@@ -150,6 +150,23 @@ class EmbeddingsSettings(BaseModel):
     )
 
 
+class ExcerptEmbeddingsSettings(EmbeddingsSettings):
+    """The second bi-encoder: embeds the excerpt the second stage reads (title + post start) at backfill
+    time into its own column, and each question once at query time; its cosine is a second-stage
+    feature. Any embedder works (local, TEI, Ollama, OpenAI-compatible); unset `model` means off."""
+
+    model: str = Field(
+        "",
+        description="Second bi-encoder's model id, recorded in index_meta (e.g. "
+        "`sentence-transformers/all-mpnet-base-v2`); empty: no excerpt column, no such feature.",
+    )
+    dimension: int = Field(768, ge=8, le=4000, description="The second model's vector dimension.")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.model)
+
+
 class RerankerSettings(BaseModel):
     """The cross-encoder served by TEI's `/rerank`."""
 
@@ -329,6 +346,9 @@ class Settings(BaseSettings):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)  # type: ignore[arg-type]
     redis: RedisSettings = Field(default_factory=RedisSettings)  # type: ignore[arg-type]
     embeddings: EmbeddingsSettings = Field(default_factory=EmbeddingsSettings)  # type: ignore[arg-type]
+    excerpt_embeddings: ExcerptEmbeddingsSettings = Field(
+        default_factory=ExcerptEmbeddingsSettings  # type: ignore[arg-type]
+    )
     reranker: RerankerSettings = Field(default_factory=RerankerSettings)  # type: ignore[arg-type]
     llm: LlmSettings = Field(default_factory=LlmSettings)  # type: ignore[arg-type]
     gate: GateSettings = Field(default_factory=GateSettings)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ class Config:
     use_lexical: bool = False
     use_stage: bool = False
     use_vector: bool = True
+    use_excerpt: bool = False
 
     def switches(self) -> dict[str, object]:
         return {
@@ -27,6 +28,7 @@ class Config:
             "use_lexical": self.use_lexical,
             "use_stage": self.use_stage,
             "use_vector": self.use_vector,
+            "use_excerpt": self.use_excerpt,
         }
 
     @property
@@ -77,6 +79,15 @@ CONFIGS: dict[str, Config] = {
             description="cosine + lexical (weighted RRF), ranked by the second stage; its zones",
         ),
         Config(
+            "posts+lexical+stage+excerpt",
+            use_keyword=False,
+            use_rerank=False,
+            use_lexical=True,
+            use_stage=True,
+            use_excerpt=True,
+            description="the second stage with the second bi-encoder's excerpt cosine as a feature",
+        ),
+        Config(
             "posts+lexical+keyword+stage",
             use_rerank=False,
             use_lexical=True,
@@ -96,6 +107,7 @@ DEFAULT = (
 )
 FULL = "posts+keyword+rerank"  # today's shape
 STAGE = "posts+lexical+stage"  # the second stage
+STAGE_EXCERPT = "posts+lexical+stage+excerpt"  # the second stage with the second bi-encoder
 SINGLE_CHANNELS = ("legacy", "posts", "lexical")
 
 

@@ -193,6 +193,7 @@ def run_one(
             use_lexical=config.use_lexical,
             use_stage=config.use_stage,
             use_vector=config.use_vector,
+            use_excerpt=config.use_excerpt,
             query_vector=vector,
         )
     except CitebotError as exc:

@@ -15,17 +15,18 @@ import datetime as dt
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from eval.evaluation.configs import CONFIGS, STAGE, Config
+from eval.evaluation.configs import CONFIGS, STAGE, STAGE_EXCERPT, Config
 from eval.evaluation.datasets import Question
 from eval.evaluation.runner import RetrievalRun, run_retrieval
 from eval.evaluation.thresholds import propose_abstain, propose_weak
+from worker.protocols import Embedder
 from worker.retrieval.pipeline import RetrievalResult
 from worker.retrieval.stage import FEATURES, StageModel, write_model
 from worker.retrieval.zones import write_thresholds
@@ -73,6 +74,7 @@ class Collected:
     topic: np.ndarray  # the candidate's topic id
     questions: tuple[str, ...]
     meta: dict[str, Any]
+    post: np.ndarray | None = None  # the candidate's post id (features collected since the excerpt column)
 
     def save(self, path: Path) -> None:
         np.savez_compressed(
@@ -82,6 +84,7 @@ class Collected:
             question=self.question,
             gold_topic=self.gold_topic,
             topic=self.topic,
+            post=self.post if self.post is not None else np.zeros(0, np.int64),
             questions=np.asarray(self.questions),
             features=np.asarray(FEATURES),
             meta=np.asarray(json.dumps(self.meta)),
@@ -100,6 +103,7 @@ class Collected:
                 data["topic"],
                 tuple(str(q) for q in data["questions"]),
                 json.loads(str(data["meta"])),
+                data["post"] if "post" in data and len(data["post"]) else None,
             )
 
 
@@ -111,6 +115,7 @@ def collect_features(run: RetrievalRun, model_set: str) -> Collected:
     qs: list[int] = []
     gt: list[float] = []
     topics: list[int] = []
+    posts: list[int] = []
     ids: list[str] = []
 
     def collect(q: Question, config: Config, result: RetrievalResult) -> None:
@@ -124,10 +129,11 @@ def collect_features(run: RetrievalRun, model_set: str) -> Collected:
             qs.append(len(ids) - 1)
             gt.append(1.0 if cand.topic_id in gold_topics else 0.0)
             topics.append(cand.topic_id)
+            posts.append(cand.post_id)
 
     stage_run = replace(
         run,
-        configs=(CONFIGS[STAGE],),
+        configs=(CONFIGS[STAGE_EXCERPT if run.excerpt_model else STAGE],),
         half="fit",
         stage_model=provisional(model_set),
         collect=collect,
@@ -147,7 +153,31 @@ def collect_features(run: RetrievalRun, model_set: str) -> Collected:
         np.asarray(topics, dtype=np.int64),
         tuple(ids),
         meta,
+        np.asarray(posts, dtype=np.int64),
     )
+
+
+def with_excerpt_cosines(
+    data: Collected, questions: Mapping[str, str], embedder: Embedder, vectors: Path
+) -> Collected:
+    """``data`` with its ``excerpt_cosine`` column computed from a file of excerpt vectors (``post_id``,
+    ``vec``: the eval's cache of the column, ``eval.evaluation.excerpt_cache``) and ``embedder``'s
+    vector of each question (``questions``: id → text). The candidate set does not depend on that
+    feature, so this equals collecting again with the column filled from the same vectors, without
+    running retrieval a second time. Candidates without a vector get NaN (the mean), as in the stage."""
+    if data.post is None:
+        raise ValueError("these features were collected without post ids: collect them again")
+    with np.load(vectors) as f:
+        ids, vecs = f["post_id"], np.asarray(f["vec"], dtype=np.float32)
+    row = {int(p): i for i, p in enumerate(ids)}
+    qv = np.asarray(embedder.embed([questions[q] for q in data.questions], kind="query"), np.float32)
+    col = FEATURES.index("excerpt_cosine")
+    x = data.x.copy()
+    for i, (qi, pid) in enumerate(zip(data.question, data.post, strict=True)):
+        r = row.get(int(pid))
+        x[i, col] = float(qv[qi] @ vecs[r]) if r is not None else np.nan
+    meta = {**data.meta, "excerpt_cosine": f"{embedder.model} question vectors x {vectors.name}"}
+    return replace(data, x=x, meta=meta)
 
 
 def check_features(features: Sequence[str]) -> None:
@@ -163,21 +193,30 @@ def fit(data: Collected, features: Sequence[str], model_set: str, *, l2: float =
     x = data.x[:, cols]
     if not len(data.y) or data.y.sum() == 0:
         raise ValueError("no accepted answer among the fit half's candidates: nothing to fit")
-    mean = x.mean(axis=0)
-    std = x.std(axis=0)
+    if np.isnan(x).all(axis=0).any():
+        missing = [f for f, gone in zip(features, np.isnan(x).all(axis=0), strict=True) if gone]
+        raise ValueError(f"no candidate has a value of {missing}: collect with the excerpt column filled")
+    mean = np.nanmean(x, axis=0)
+    std = np.nanstd(x, axis=0)
     std[std <= 1e-9] = 1.0
+    x = np.where(np.isnan(x), mean, x)  # a missing value is the mean: what the stage's score does
     weights, bias = logistic_regression((x - mean) / std, data.y, l2=l2)
     return StageModel(
         model_set, tuple(features), tuple(float(w) for w in weights), tuple(mean), tuple(std), bias
     )
 
 
+def scores_of(data: Collected, model: StageModel) -> np.ndarray:
+    """``model``'s score of every candidate of ``data`` (a missing value counts as the mean)."""
+    cols = [FEATURES.index(f) for f in model.features]
+    x = np.nan_to_num((data.x[:, cols] - np.asarray(model.mean)) / np.asarray(model.std), nan=0.0)
+    return np.asarray(x @ np.asarray(model.weights) + model.bias)
+
+
 def hits_at(data: Collected, model: StageModel, k: int = 5) -> dict[str, float]:
     """Share of ``data``'s questions with an accepted answer (post) and the gold topic among the first
     ``k`` candidates (posts) / distinct topics when ranked by ``model``."""
-    cols = [FEATURES.index(f) for f in model.features]
-    x = (data.x[:, cols] - np.asarray(model.mean)) / np.asarray(model.std)
-    scores = x @ np.asarray(model.weights) + model.bias
+    scores = scores_of(data, model)
     post_hits = topic_hits = 0
     n = len(data.questions)
     for qi in range(n):
@@ -231,16 +270,14 @@ def _subset(data: Collected, keep_questions: np.ndarray) -> Collected:
         data.topic[rows],
         tuple(data.questions[i] for i in kept),
         data.meta,
+        data.post[rows] if data.post is not None else None,
     )
 
 
 def top_scores(data: Collected, model: StageModel) -> list[tuple[float, bool, bool]]:
     """Per question: the top candidate's score under ``model``, whether it is in the gold topic, and
     whether the question is a short form."""
-    cols = [FEATURES.index(f) for f in model.features]
-    scores = ((data.x[:, cols] - np.asarray(model.mean)) / np.asarray(model.std)) @ np.asarray(
-        model.weights
-    ) + model.bias
+    scores = scores_of(data, model)
     out = []
     for qi, qid in enumerate(data.questions):
         rows = np.flatnonzero(data.question == qi)

@@ -26,6 +26,7 @@ from eval.evaluation.evaluate import Collector, Outcome, abstention, run_questio
 from eval.evaluation.report import abstention_table, configs_table, plot_configs, plot_latency, write_json
 from eval.evaluation.thresholds import calibrate, plot_calibration
 from eval.stack.services import CACHE, EmbeddedStack, configured_settings, index_export
+from worker.protocols import Embedder
 from worker.retrieval.stage import StageModel
 from worker.retrieval.zones import thresholds_for, write_thresholds
 from worker.settings import Settings
@@ -52,6 +53,11 @@ class RetrievalRun:
     half: str | None = None  # only the questions of this half (``fit`` / ``test``)
     stage_model: StageModel | None = None  # second-stage weights to use instead of the fitted ones
     collect: Collector | None = None  # sees every (question, configuration, result)
+    # The second bi-encoder (a model id or folder, local): its column is filled before the questions
+    # run, from ``excerpt_vectors`` (an eval-time cache, ``eval.evaluation.excerpt_cache``) when given.
+    excerpt_model: str | None = None
+    excerpt_dimension: int = 768
+    excerpt_vectors: Path | None = None
 
 
 def gold_positions(conn: Any, questions: Sequence[Question]) -> dict[int, tuple[int, int]]:
@@ -74,6 +80,7 @@ def evaluate_with(
     run: RetrievalRun,
     questions: Sequence[Question],
     hidden: Callable[[Sequence[int]], AbstractContextManager[None]] | None = None,
+    excerpt_embedder: Embedder | None = None,
 ) -> tuple[list[Outcome], dict[str, Any]]:
     """Run the questions against the services ``settings`` names (the index must be filled)."""
     import httpx
@@ -92,12 +99,18 @@ def evaluate_with(
         posts = index_size(conn)
         keyword = DiscourseClient(http, settings.discourse)
         with build_retriever(
-            settings, connections=single_connection(conn), keyword=keyword, http=http
+            settings,
+            connections=single_connection(conn),
+            keyword=keyword,
+            http=http,
+            excerpt_embedder=excerpt_embedder,
         ) as retriever:
             if run.stage_model is not None:
                 retriever.use_stage_model(run.stage_model)
             stage_scorer = (
-                retriever.stage_model().scorer_id if any(c.use_stage for c in run.configs) else None
+                retriever.stage_model(excerpt=any(c.use_excerpt for c in run.configs)).scorer_id
+                if any(c.use_stage for c in run.configs)
+                else None
             )
             full = next((c for c in run.configs if c.use_rerank and c.use_posts), run.configs[-1])
             for q in questions[: run.warmup]:  # models, connections and caches warm before timing
@@ -133,6 +146,38 @@ def evaluate_with(
         conn.close()
         http.close()
     return outcomes, info
+
+
+def fill_excerpt_column(settings: Settings, run: RetrievalRun) -> tuple[Settings, Embedder, dict[str, Any]]:
+    """Settings naming the second bi-encoder, its embedder (through the eval's vector cache when
+    ``run.excerpt_vectors`` is given) and the column filled by the backfill's own pass."""
+    from backfill.excerpts import fill_excerpts
+    from eval.evaluation.excerpt_cache import CachedEmbedder
+    from worker.clients.embeddings import build_excerpt_embedder
+
+    cfg = settings.excerpt_embeddings.model_copy(
+        update={
+            "provider": "local",
+            "model": run.excerpt_model or "",
+            "dimension": run.excerpt_dimension,
+            "max_tokens": 384,
+        }
+    )
+    settings = settings.model_copy(update={"excerpt_embeddings": cfg})
+    live = build_excerpt_embedder(settings, None)
+    if live is None:
+        raise ValueError("no second bi-encoder named")
+    embedder: Embedder = CachedEmbedder(live, run.excerpt_vectors) if run.excerpt_vectors else live
+    summary = fill_excerpts(settings.database, embedder, excerpt_chars=settings.reranker.excerpt_chars)
+    info: dict[str, Any] = {"excerpt_model": cfg.model, "excerpt_fill": summary.line()}
+    if isinstance(embedder, CachedEmbedder):
+        info["excerpt_cache"] = {
+            "file": str(run.excerpt_vectors),
+            "hits": embedder.hits,
+            "misses": embedder.misses,
+        }
+    log.info("excerpt column: %s", summary.line())
+    return settings, embedder, info
 
 
 def build_results(
@@ -261,9 +306,15 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
             summary = index_export(settings, run.forum, local=local)
             backfill, embedded, skipped = summary.line(), summary.embedded, summary.skipped
             log.info("index ready in %.1f s", time.perf_counter() - t0)
+        excerpt_embedder: Embedder | None = None
+        excerpt_info: dict[str, Any] = {}
+        if run.excerpt_model:
+            settings, excerpt_embedder, excerpt_info = fill_excerpt_column(settings, run)
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
-            outcomes, info = evaluate_with(settings, run, questions, stack.hidden if stack else None)
+            outcomes, info = evaluate_with(
+                settings, run, questions, stack.hidden if stack else None, excerpt_embedder
+            )
         finally:
             signal.signal(signal.SIGTERM, previous)
     finally:
@@ -286,6 +337,7 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
         "backfill_skipped": skipped,
         "rerank_timeout_s": settings.reranker.timeout_s,
         "load_average": round(os.getloadavg()[0], 2),
+        **excerpt_info,
         **info,
         **run.extra_meta,
     }

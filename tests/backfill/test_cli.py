@@ -81,6 +81,25 @@ def test_missing_path_is_a_usage_error(env: tuple[str, Path], capsys: pytest.Cap
     assert "--path" in capsys.readouterr().err
 
 
+def test_the_excerpt_column_is_filled_after_the_post_pass_and_alone_with_excerpts(
+    env: tuple[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, export = env
+    assert main(["backfill"]) == 2
+    assert "--source is required" in capsys.readouterr().err
+    assert main(["backfill", "--excerpts"]) == 2
+    assert "CITEBOT_EXCERPT_EMBEDDINGS__MODEL" in capsys.readouterr().err
+    # MiniLM stands for the second bi-encoder (the model CI has)
+    monkeypatch.setenv("CITEBOT_EXCERPT_EMBEDDINGS__MODEL", "sentence-transformers/all-MiniLM-L6-v2")
+    monkeypatch.setenv("CITEBOT_EXCERPT_EMBEDDINGS__DIMENSION", "384")
+    assert main(["backfill", "--source", "file", "--path", str(export)]) == 0
+    assert "excerpts (sentence-transformers/all-MiniLM-L6-v2): seen 3, embedded 3" in capsys.readouterr().out
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM excerpt_vectors").fetchone() == (3,)
+    assert main(["backfill", "--excerpts", "--json"]) == 0
+    assert '"embedded": 0, "skipped": 3' in capsys.readouterr().out
+
+
 def test_ctrl_c_prints_one_summary_records_interrupted_and_the_same_command_resumes(
     env: tuple[str, Path],
 ) -> None:

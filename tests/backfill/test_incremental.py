@@ -185,3 +185,32 @@ def test_an_open_question_enters_the_index_with_its_first_answer_and_leaves_with
     forum.edit_post(304, deleted=True)
     assert refresh_post(deps, 304, "post_destroyed") == "removed"
     assert not {301, 302, 303, 304} & set(rows(db_url))  # open again
+
+
+def test_a_re_embedded_post_gets_its_excerpt_vector_too(world: World, db_url: str) -> None:
+    from backfill.excerpts import fill_excerpts
+    from worker.retrieval.excerpts import excerpt_of
+
+    forum, _embedder, deps = world
+    second = NullEmbedder(4, model="second-model")
+    fill_excerpts(DatabaseSettings(url=db_url), second)  # type: ignore[call-arg]
+    forum.edit_post(102, cooked="<p>Now with the fix</p>", updated_at="2024-05-01T00:00:00+00:00")
+    deps = dataclasses.replace(deps, excerpt_embedder=second)
+    assert refresh_post(deps, 102, "post_edited") == "embedded"
+    assert second.history[-1] == (excerpt_of("Topic 1", rows(db_url)[102])[0],)
+    with psycopg.connect(db_url) as conn:
+        digest = conn.execute("SELECT digest FROM excerpt_vectors WHERE post_id = 102").fetchone()
+    assert bytes(digest[0]) == excerpt_of("Topic 1", rows(db_url)[102])[1]
+
+
+def test_a_failing_second_model_never_fails_the_refresh(world: World, db_url: str) -> None:
+    forum, _embedder, deps = world
+
+    class Broken(NullEmbedder):
+        def embed_array(self, texts):  # type: ignore[no-untyped-def]
+            raise IndexMismatchError("wrong model", service="excerpt-embeddings")
+
+    forum.edit_post(102, cooked="<p>Again</p>", updated_at="2024-05-02T00:00:00+00:00")
+    deps = dataclasses.replace(deps, excerpt_embedder=Broken(4, model="second-model"))
+    assert refresh_post(deps, 102, "post_edited") == "embedded"
+    assert rows(db_url)[102].endswith("Again")

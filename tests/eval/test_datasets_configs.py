@@ -73,6 +73,7 @@ def test_configs_by_name_default_and_all() -> None:
         "use_lexical": False,
         "use_stage": False,
         "use_vector": True,
+        "use_excerpt": False,
     }
     assert CONFIGS["posts+keyword+rerank+neighbours"].neighbours == 1
     stage = CONFIGS["posts+lexical+stage"]

@@ -87,3 +87,42 @@ def test_thresholds_abstain_on_at_most_five_percent_of_each_slice() -> None:
     assert all(s["n"] == 50 for s in slices.values())
     with pytest.raises(ValueError, match="unknown"):
         fit(data, ("colour",), "m")
+
+
+def test_excerpt_cosines_from_a_vector_file_are_learnt_and_missing_ones_count_as_the_mean(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+
+    from eval.evaluation.fit_stage import with_excerpt_cosines
+
+    base = synthetic(questions=40)
+    n = len(base.y)
+    post = np.arange(n, dtype=np.int64) + 1
+    data = dataclasses.replace(base, x=base.x.copy(), post=post)
+    data.x[:, COL["excerpt_cosine"]] = np.nan  # collected before the column was filled
+    # the second model: the question is e1; an answer's excerpt is near e1, every other post far
+    vec = np.zeros((n, 2), np.float32)
+    vec[:, 1] = 1.0
+    vec[data.y > 0] = (0.9, 0.436)
+    np.savez(tmp_path / "v.npz", post_id=post[:-1], vec=vec[:-1])  # the last post has no vector
+
+    class E1:
+        model, dimension = "second", 2
+
+        def embed(self, texts: list[str], *, kind: str = "passage") -> list[list[float]]:
+            assert kind == "query"
+            return [[1.0, 0.0] for _ in texts]
+
+    texts = {q: f"question {q}" for q in data.questions}
+    full = with_excerpt_cosines(data, texts, E1(), tmp_path / "v.npz")  # type: ignore[arg-type]
+    col = full.x[:, COL["excerpt_cosine"]]
+    assert np.isnan(col[-1])
+    assert col[data.y > 0] == pytest.approx(0.9)
+    model = fit(full, ["cosine", "excerpt_cosine"], "m")
+    assert model.weights[1] > 1.0
+    assert hits_at(full, model)["post_hit@5"] == 1.0
+    with pytest.raises(ValueError, match="no candidate has a value"):
+        fit(data, ["cosine", "excerpt_cosine"], "m")
+    full.save(tmp_path / "f.npz")
+    assert np.array_equal(Collected.load(tmp_path / "f.npz").post, post)

@@ -184,7 +184,17 @@ class OpenAIEmbedder(_HttpEmbedder):
 
 def build_embedder(settings: Settings, http: httpx.Client | None) -> Embedder:
     """The embedder ``settings.embeddings.provider`` names; HTTP providers need ``http``."""
-    cfg = settings.embeddings
+    return embedder_for(settings.embeddings, http)
+
+
+def build_excerpt_embedder(settings: Settings, http: httpx.Client | None) -> Embedder | None:
+    """The second bi-encoder (``settings.excerpt_embeddings``), or None when it is not configured."""
+    cfg = settings.excerpt_embeddings
+    return embedder_for(cfg, http) if cfg.enabled else None
+
+
+def embedder_for(cfg: EmbeddingsSettings, http: httpx.Client | None) -> Embedder:
+    """The embedder ``cfg.provider`` names, for ``cfg``'s model; HTTP providers need ``http``."""
     if cfg.provider == "local":
         from worker.clients.local_embedder import LocalEmbedder
 

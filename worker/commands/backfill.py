@@ -21,7 +21,7 @@ HELP = "fill or refresh the post index (resumable; see docs/backfill.md)"
 
 
 def register(group: argparse.ArgumentParser) -> None:
-    group.add_argument("--source", choices=("db", "api", "file"), required=True, help="where posts come from")
+    group.add_argument("--source", choices=("db", "api", "file"), help="where posts come from (required)")
     group.add_argument("--path", type=Path, help="export folder with topics/<id>.json (--source file)")
     group.add_argument(
         "--database-url-source", metavar="URL", help="read-only Discourse PostgreSQL replica (--source db)"
@@ -35,6 +35,17 @@ def register(group: argparse.ArgumentParser) -> None:
         "--prune",
         action="store_true",
         help="also remove indexed posts other sources wrote that this source no longer has",
+    )
+    group.add_argument(
+        "--excerpts",
+        action="store_true",
+        help="only fill the second bi-encoder's excerpt column (CITEBOT_EXCERPT_EMBEDDINGS__*) from the "
+        "index; without it the column is filled after the post pass when that model is configured",
+    )
+    group.add_argument(
+        "--reindex-excerpts",
+        action="store_true",
+        help="empty the excerpt column first (after changing CITEBOT_EXCERPT_EMBEDDINGS__MODEL)",
     )
     group.add_argument("--limit", type=int, metavar="N", help="stop after N posts (resumable)")
     group.add_argument("--page-size", type=int, default=1000, metavar="N", help="posts per commit")
@@ -54,6 +65,12 @@ def _backfill(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.limit is not None and args.limit < 1:
         print("citebot: --limit must be at least 1", file=sys.stderr)
+        return 2
+    if args.source is None and not args.excerpts:
+        print("citebot: --source is required (or --excerpts alone)", file=sys.stderr)
+        return 2
+    if (args.excerpts or args.reindex_excerpts) and not settings.excerpt_embeddings.enabled:
+        print("citebot: --excerpts needs CITEBOT_EXCERPT_EMBEDDINGS__MODEL", file=sys.stderr)
         return 2
     if args.enqueue:
         return _enqueue(settings, args)

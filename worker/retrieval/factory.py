@@ -5,17 +5,50 @@ Used by the worker, ``citebot ask`` and the eval; every part can be passed in in
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+
 import httpx
 
-from worker.clients.embeddings import build_embedder
+from worker.clients.embeddings import build_embedder, build_excerpt_embedder
 from worker.clients.tei import TeiReranker
+from worker.domain import EmbedKind
+from worker.errors import ConfigError
 from worker.protocols import Embedder, KeywordSearch, Reranker
+from worker.retrieval.excerpts import PostgresExcerptIndex
 from worker.retrieval.lexical import PostgresLexicalIndex
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import ConnectionSource, PostgresPostIndex
 from worker.retrieval.terms import PostgresTermStats, TermSelector
 from worker.retrieval.threads import PostgresThreadIndex
-from worker.settings import Settings
+from worker.settings import EmbeddingsSettings, Settings
+
+log = logging.getLogger(__name__)
+
+
+class UnavailableEmbedder:
+    """Stands for a configured second bi-encoder that could not be loaded (say, its model is not
+    installed): every call fails with the reason, so each answer's trace records the stage's fallback
+    and the answer goes out without the feature."""
+
+    def __init__(self, cfg: EmbeddingsSettings, reason: str) -> None:
+        self.model = cfg.model
+        self.dimension = cfg.dimension
+        self.reason = reason
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind = "passage") -> list[list[float]]:
+        raise ConfigError(self.reason, service="excerpt-embeddings")
+
+
+def second_embedder(settings: Settings, http: httpx.Client | None) -> Embedder | None:
+    """The configured second bi-encoder (None when unset); one that cannot be loaded is logged and
+    stands as an ``UnavailableEmbedder``, so that answers and refreshes go on without it."""
+    cfg = settings.excerpt_embeddings
+    try:
+        return build_excerpt_embedder(settings, http)
+    except ConfigError as exc:
+        log.warning("second bi-encoder %s unavailable, running without it: %s", cfg.model, exc)
+        return UnavailableEmbedder(cfg, str(exc))
 
 
 def build_retriever(
@@ -26,10 +59,12 @@ def build_retriever(
     http: httpx.Client | None = None,
     embedder: Embedder | None = None,
     reranker: Reranker | None = None,
+    excerpt_embedder: Embedder | None = None,
 ) -> Retriever:
     """A retriever over the configured embedder, the post index behind ``connections`` (a pool's
     ``connection`` method, or ``single_connection(conn)``), ``keyword`` (a ``DiscourseClient``) and the
-    TEI reranker when ``settings.reranker.base_url`` is set.
+    TEI reranker when ``settings.reranker.base_url`` is set, and the second bi-encoder with its column
+    when ``settings.excerpt_embeddings.model`` is set.
 
     Raises ``IndexMismatchError`` when the embedder's model or dimension is not the configured one.
     """
@@ -44,6 +79,11 @@ def build_retriever(
     )
     terms = TermSelector(settings.retrieval.keyword_max_terms, stats=PostgresTermStats(connections))
     lexical = PostgresLexicalIndex(connections)
+    cfg = settings.excerpt_embeddings
+    excerpts = None
+    if cfg.enabled:
+        excerpt_embedder = excerpt_embedder or second_embedder(settings, http or httpx.Client())
+        excerpts = PostgresExcerptIndex(connections, model=cfg.model, dimension=cfg.dimension)
     return Retriever(
         embedder,
         index,
@@ -53,5 +93,7 @@ def build_retriever(
         terms=terms,
         lexical=lexical,
         threads=PostgresThreadIndex(connections),
+        excerpts=excerpts,
+        excerpt_embedder=excerpt_embedder,
         rerank_excerpt_chars=settings.reranker.excerpt_chars,
     )

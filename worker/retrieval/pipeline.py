@@ -28,13 +28,13 @@ from worker.domain import Candidate, Source, Zone
 from worker.errors import CitebotError, ConfigError, IndexMismatchError, PermanentError, TransientError
 from worker.protocols import Embedder, KeywordSearch, Reranker
 from worker.retrieval.aggregate import build_sources, dedupe_by_topic, neighbours_for, replies_for_questions
+from worker.retrieval.excerpts import PostgresExcerptIndex
 from worker.retrieval.fusion import fuse_rrf
 from worker.retrieval.keyword import KeywordResult, keyword_search
 from worker.retrieval.lexical import LexicalResult, PostgresLexicalIndex
 from worker.retrieval.recall import PostIndex
 from worker.retrieval.rerank import rerank_candidates
-from worker.retrieval.stage import StageModel, feature_rows, is_brief, load_model, model_set_id
-from worker.retrieval.stage import rank as stage_rank
+from worker.retrieval.stage import StageModel, feature_rows, is_brief, load_model, model_set_id, rank_rows
 from worker.retrieval.terms import TermSelector
 from worker.retrieval.threads import EMPTY, PostgresThreadIndex, Thread
 from worker.retrieval.zones import Thresholds, assign_zone, thresholds_for
@@ -102,6 +102,8 @@ class Retriever:
         terms: TermSelector | None = None,
         lexical: PostgresLexicalIndex | None = None,
         threads: PostgresThreadIndex | None = None,
+        excerpts: PostgresExcerptIndex | None = None,
+        excerpt_embedder: Embedder | None = None,
         rerank_excerpt_chars: int = 300,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -124,7 +126,11 @@ class Retriever:
         self.rerank_excerpt_chars = rerank_excerpt_chars
         self.lexical = lexical
         self.threads = threads
+        # The second bi-encoder and its column: both, or neither (the stage then runs without them).
+        self.excerpts = excerpts if excerpt_embedder is not None else None
+        self.excerpt_embedder = excerpt_embedder if excerpts is not None else None
         self._stage_model: StageModel | None = None
+        self._stage_models: dict[bool, StageModel] = {}
         self._index_state = _IndexState(index, settings.index_check_ttl_s, clock) if index else None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieval-keyword")
 
@@ -162,12 +168,14 @@ class Retriever:
         use_lexical: bool | None = None,
         use_stage: bool | None = None,
         use_vector: bool = True,
+        use_excerpt: bool = True,
         trace: Trace | None = None,
         query_vector: Sequence[float] | None = None,
     ) -> RetrievalResult:
         """Sources and zone for ``question``; ``neighbours``, ``use_lexical`` and ``use_stage`` default
         to ``settings.neighbours``, ``settings.lexical`` and ``settings.second_stage``;
-        ``use_vector=False`` leaves the cosine channel out (the eval measures the lexical one alone)."""
+        ``use_vector=False`` leaves the cosine channel out (the eval measures the lexical one alone);
+        ``use_excerpt=False`` keeps the second bi-encoder out of the second stage (the eval compares)."""
         trace = trace or Trace()
         s = self.settings
         lexical_on = (s.lexical if use_lexical is None else use_lexical) and self.lexical is not None
@@ -180,6 +188,7 @@ class Retriever:
             "lexical": lexical_on,
             "rerank": use_rerank and not stage_on,
             "stage": stage_on,
+            "excerpt": stage_on and use_excerpt and self.excerpts is not None,
             "neighbours": s.neighbours if neighbours is None else neighbours,
         }
         reason = self._legacy_reason(use_posts, trace)
@@ -192,6 +201,9 @@ class Retriever:
         lexical_future: Future[LexicalResult] | None = None
         if lexical_on:
             lexical_future = self._pool.submit(self._lexical, question, exclude_post_ids, trace)
+        excerpt_future: Future[list[float]] | None = None
+        if stage_on and use_excerpt and self.excerpt_embedder is not None:
+            excerpt_future = self._pool.submit(self._excerpt_vector, question, trace)
         recall_k = max(s.recall_k, s.stage_k) if stage_on else s.recall_k
         try:
             vector, vector_ranking = (
@@ -244,7 +256,7 @@ class Retriever:
         features: tuple[dict[str, float], ...] = ()
         if stage_on and fused:
             ranked, zone, features = self._second_stage(
-                question, fused, vector, lexical, exclude_post_ids, trace
+                question, fused, vector, lexical, exclude_post_ids, trace, excerpt_future
             )
         elif use_rerank and self.reranker is not None and fused:
             with trace.stage("rerank") as st:
@@ -321,13 +333,13 @@ class Retriever:
         lexical: LexicalResult,
         exclude_post_ids: Sequence[int],
         trace: Trace,
+        excerpt_future: Future[list[float]] | None = None,
     ) -> tuple[list[Candidate], Zone, tuple[dict[str, float], ...]]:
         """The first ``stage_k`` fused candidates, with the other posts of their first ``stage_topics``
         topics, by the second stage's score; the zone from its top."""
         s = self.settings
         head, tail = list(fused[: s.stage_k]), list(fused[s.stage_k :])
         with trace.stage("stage") as st:
-            model = self.stage_model()
             thread = self._thread(vector, head, exclude_post_ids, trace)
             wanted = list(dict.fromkeys(c.topic_id for c in head))[: s.stage_topics]
             have = {c.post_id for c in head}
@@ -351,8 +363,10 @@ class Retriever:
                 for c in head
             ]
             brief = is_brief(question)
-            rows = feature_rows(head, thread, brief=brief)
-            ranked = stage_rank(model, head, thread, brief=brief)
+            excerpt = self._excerpt_cosines(excerpt_future, head, trace)
+            model = self.stage_model(excerpt=excerpt is not None)
+            rows = feature_rows(head, thread, brief=brief, excerpt=excerpt)
+            ranked = rank_rows(model, head, rows)
             by_id = {c.post_id: r for c, r in zip(head, rows, strict=True)}
             limits = self.thresholds(model.scorer_id)
             zone = assign_zone(ranked[0].stage if ranked else None, limits.abstain_below, limits.weak_below)
@@ -361,6 +375,7 @@ class Retriever:
                 "topic_posts": len(added),
                 "cosines": len(cosines),
                 "lexical": len(lex),
+                "excerpt": len(excerpt or {}),
             }
             st.scores([c.stage for c in ranked])
             st.info = {"model_set": model.model_set, "zone": zone, "brief": brief}
@@ -378,16 +393,52 @@ class Retriever:
             trace.fallback("threads", f"topics not read: {_reason(exc)}")
             return EMPTY
 
-    def use_stage_model(self, model: StageModel) -> None:
-        """Use these second-stage weights instead of the fitted ones (the fitting run, tests)."""
-        self._stage_model = model
+    def _excerpt_vector(self, question: str, trace: Trace) -> list[float]:
+        """The question embedded by the second bi-encoder (in the pool, beside recall)."""
+        embedder = self.excerpt_embedder
+        if embedder is None:
+            raise ConfigError("no second bi-encoder configured", service="retrieval")
+        with trace.stage("excerpt_embed") as st:
+            vectors = embedder.embed([question], kind="query")
+            st.info = {"model": embedder.model}
+        if len(vectors) != 1:
+            raise PermanentError(f"embedder returned {len(vectors)} vectors for 1 text", service="embeddings")
+        return list(vectors[0])
 
-    def stage_model(self) -> StageModel:
-        """The second stage's weights for the recall model in use (ConfigError when none are fitted)."""
-        if self._stage_model is None:
+    def _excerpt_cosines(
+        self, pending: Future[list[float]] | None, head: Sequence[Candidate], trace: Trace
+    ) -> dict[int, float] | None:
+        """The second model's cosines of ``head`` from the excerpt column; None when it is not in use
+        or fails (the stage then runs on the model set without it, the fallback in the trace)."""
+        if pending is None or self.excerpts is None:
+            return None
+        try:
+            if not self.stage_model(excerpt=True).uses_excerpt:
+                return None  # an explicit model without the feature (tests)
+            return self.excerpts.cosines(pending.result(), [c.post_id for c in head])
+        except (CitebotError, TimeoutError, OSError, RuntimeError, ValueError) as exc:
+            # whatever the second model or its column does, the answer goes out without them
+            trace.fallback("excerpt", f"second bi-encoder unused: {_reason(exc)}")
+            return None
+
+    def use_stage_model(self, model: StageModel, *, excerpt: bool | None = None) -> None:
+        """Use these second-stage weights instead of the fitted ones (the fitting run, tests): for both
+        model sets, or only for the one with (``excerpt=True``) or without the second bi-encoder."""
+        if excerpt is None:
+            self._stage_model = model
+        else:
+            self._stage_models[excerpt] = model
+
+    def stage_model(self, *, excerpt: bool = False) -> StageModel:
+        """The second stage's weights for the recall model in use and, with ``excerpt``, the second
+        bi-encoder (ConfigError when none are fitted)."""
+        if self._stage_model is not None:
+            return self._stage_model
+        if excerpt not in self._stage_models:
             model = self.embedder.model if self.embedder is not None else ""
-            self._stage_model = load_model(model_set_id(model))
-        return self._stage_model
+            second = self.excerpt_embedder.model if excerpt and self.excerpt_embedder is not None else None
+            self._stage_models[excerpt] = load_model(model_set_id(model, second))
+        return self._stage_models[excerpt]
 
     def _lexical(self, question: str, exclude_post_ids: Sequence[int], trace: Trace) -> LexicalResult:
         if self.lexical is None:

@@ -19,18 +19,24 @@ Features (``FEATURES``):
   need not resemble the question itself);
 - ``brief_cosine``, ``brief_lexical``: ``cosine`` and ``lexical`` again for a brief question (at most
   ``BRIEF_CHARS`` characters of prose once cleaned), 0 otherwise: how much each channel is worth
-  depends on how much the question says.
+  depends on how much the question says;
+- ``excerpt_cosine``: the second bi-encoder's cosine between the question and the post's excerpt (the
+  title and post start the cross-encoder reads), read from its column (``worker/retrieval/excerpts.py``).
+  A post without a vector has no value (NaN): the score then gives it the feature's mean, i.e. no
+  contribution, and the fit imputes it the same way.
 
 Over the first ``stage_k`` candidates' topics the retriever reads whole topics (``stage_topics`` of
 them, in fused order), so that a topic's answer competes even when the channels found only its
 question; every candidate gets its facts from there.
 
 The weights, means and standard deviations are data per model set (``stage_weights.json`` beside
-this module, keyed by ``model_set_id``), fitted by ``python -m eval fit-stage`` by logistic regression
-on the forum's solved topics (the fitting half of the development set; never the questions that are
-scored with them). The score is then the log-odds that the post is an accepted answer, and the top
-candidate's score sets the zone with the thresholds calibrated for the model set
-(``zone_thresholds.json``, key ``stage:<model_set_id>``).
+this module, keyed by ``model_set_id``: the recall model, the lexical recipe and, when the excerpt
+column is used, the second model; without it, or when it fails, the set without that model is used),
+fitted by ``python -m eval fit-stage`` by logistic regression on the forum's solved topics (the
+fitting half of the development set; never the questions that are scored with them). The score is
+then the log-odds that the post is an accepted answer, and the top candidate's score sets the zone
+with the thresholds calibrated for the model set (``zone_thresholds.json``, key
+``stage:<model_set_id>``).
 """
 
 from __future__ import annotations
@@ -61,14 +67,17 @@ FEATURES = (
     "topic_best",
     "brief_cosine",
     "brief_lexical",
+    "excerpt_cosine",
 )
 BRIEF_CHARS = 160  # what a member writes to a bot in one sentence (the eval's short questions)
 _NO_FACTS = PostFacts()
 
 
-def model_set_id(embedding_model: str) -> str:
-    """The key of a model set's weights: the recall model and the lexical channel's recipe."""
-    return f"{embedding_model}+lexical-en"
+def model_set_id(embedding_model: str, excerpt_model: str | None = None) -> str:
+    """The key of a model set's weights: the recall model, the lexical channel's recipe and, when its
+    cosines are a feature, the second bi-encoder."""
+    base = f"{embedding_model}+lexical-en"
+    return f"{base}+{excerpt_model}" if excerpt_model else base
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +105,16 @@ class StageModel:
         return f"stage:{self.model_set}"
 
     def score(self, row: Mapping[str, float]) -> float:
+        """The log-odds of ``row``; a missing (NaN) value counts as the feature's mean."""
         return self.bias + sum(
             w * (row[f] - m) / s
             for f, w, m, s in zip(self.features, self.weights, self.mean, self.std, strict=True)
+            if not math.isnan(row[f])
         )
+
+    @property
+    def uses_excerpt(self) -> bool:
+        return "excerpt_cosine" in self.features
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -161,10 +176,16 @@ def is_brief(question: str) -> bool:
 
 
 def feature_rows(
-    candidates: Sequence[Candidate], thread: Thread = EMPTY, *, brief: bool = False
+    candidates: Sequence[Candidate],
+    thread: Thread = EMPTY,
+    *,
+    brief: bool = False,
+    excerpt: Mapping[int, float] | None = None,
 ) -> list[dict[str, float]]:
     """The raw features of each candidate (``cosine`` and ``lexical`` must be filled in); the facts and
-    topic cosines come from ``thread`` (a candidate it lacks gets no facts)."""
+    topic cosines come from ``thread`` (a candidate it lacks gets no facts), the second model's cosines
+    from ``excerpt`` (NaN for a post it lacks, or for all without it)."""
+    excerpt = excerpt or {}
     top = max((c.lexical or 0.0 for c in candidates), default=0.0)
     best = thread.topic_best()
     for c in candidates:
@@ -190,16 +211,28 @@ def feature_rows(
                 "topic_best": best.get(c.topic_id, cosine),
                 "brief_cosine": b * cosine,
                 "brief_lexical": b * lexical,
+                "excerpt_cosine": excerpt.get(c.post_id, math.nan),
             }
         )
     return rows
 
 
 def rank(
-    model: StageModel, candidates: Sequence[Candidate], thread: Thread = EMPTY, *, brief: bool = False
+    model: StageModel,
+    candidates: Sequence[Candidate],
+    thread: Thread = EMPTY,
+    *,
+    brief: bool = False,
+    excerpt: Mapping[int, float] | None = None,
 ) -> list[Candidate]:
     """The candidates by second-stage score, best first (stable on ties), ``stage`` set."""
-    rows = feature_rows(candidates, thread, brief=brief)
+    return rank_rows(model, candidates, feature_rows(candidates, thread, brief=brief, excerpt=excerpt))
+
+
+def rank_rows(
+    model: StageModel, candidates: Sequence[Candidate], rows: Sequence[Mapping[str, float]]
+) -> list[Candidate]:
+    """``candidates`` by ``model``'s score of their feature ``rows``, best first (stable on ties)."""
     scored = [replace(c, stage=model.score(r)) for c, r in zip(candidates, rows, strict=True)]
     order = sorted(range(len(scored)), key=lambda i: (-(scored[i].stage or 0.0), i))
     return [scored[i] for i in order]
