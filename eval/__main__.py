@@ -58,6 +58,13 @@ def _common(p: argparse.ArgumentParser, *, forum_required: bool) -> None:
     )
     p.add_argument("--excerpt-dimension", type=int, default=768, help="the second model's dimension")
     p.add_argument(
+        "--no-backfill",
+        dest="backfill",
+        action="store_false",
+        help="use the index in --cache as it is (an index already filled from --forum: skips the "
+        "backfill's pass over the export, ~8 min for the whole Urho3D archive here)",
+    )
+    p.add_argument(
         "--excerpt-vectors",
         type=Path,
         help="eval-time cache of the excerpt vectors (.npz: sha, vec; eval/evaluation/excerpt_cache.py)",
@@ -233,6 +240,7 @@ def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
         excerpt_model=args.excerpt_model,
         excerpt_dimension=args.excerpt_dimension,
         excerpt_vectors=args.excerpt_vectors,
+        backfill=args.backfill,
     )
 
 

@@ -58,6 +58,7 @@ class RetrievalRun:
     excerpt_model: str | None = None
     excerpt_dimension: int = 768
     excerpt_vectors: Path | None = None
+    backfill: bool = True  # False: the index in ``cache`` is used as it is (a copy already filled)
 
 
 def gold_positions(conn: Any, questions: Sequence[Question]) -> dict[int, tuple[int, int]]:
@@ -301,7 +302,7 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
             settings = configured
         t0 = time.perf_counter()
         backfill, embedded, skipped = "not run (the configured index is used as it is)", 0, 0
-        if run.forum is not None:
+        if run.forum is not None and run.backfill:
             local = configured is None or settings.embeddings.provider == "local"
             summary = index_export(settings, run.forum, local=local)
             backfill, embedded, skipped = summary.line(), summary.embedded, summary.skipped
