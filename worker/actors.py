@@ -33,6 +33,7 @@ from worker import answers
 from worker.addressing import BotIdentity, confirm_reply_to_bot
 from worker.errors import PermanentError, TransientError
 from worker.poller import PollReport, poll_once
+from worker.redis_batch import RedisCommand
 from worker.runtime import Runtime
 from worker.settings import LimitsSettings
 
@@ -185,11 +186,12 @@ class DramatiqIntake:
     def __init__(self, actors: Actors) -> None:
         self._actors = actors
 
-    def batch(self) -> AbstractContextManager[None]:
-        """The messages sent in the block share one Redis round trip (``CitebotRedisBroker``); other
-        brokers (tests' ``StubBroker``) send each at once."""
-        pipelined = getattr(self._actors.answer_question.broker, "pipelined", None)
-        return pipelined() if pipelined is not None else contextlib.nullcontext()
+    def outbox(self) -> AbstractContextManager[list[RedisCommand]]:
+        """On ``CitebotRedisBroker`` the messages sent in the block are not sent but yielded as Redis
+        commands, for the webhook to send with other deliveries'; other brokers (tests'
+        ``StubBroker``) send each at once and yield an empty list."""
+        collected = getattr(self._actors.answer_question.broker, "collected", None)
+        return collected() if collected is not None else contextlib.nullcontext([])
 
     def question(self, post_id: int, topic_id: int, version: int, reply_to: int | None = None) -> None:
         if reply_to is None:

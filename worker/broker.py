@@ -21,6 +21,7 @@ from dramatiq.middleware import (
 )
 
 from worker.errors import ServiceUnavailableError
+from worker.redis_batch import RedisCommand
 from worker.settings import RedisSettings
 
 # Messages older than this are dropped: a reply to a day-old question is noise, and the catch-up
@@ -32,39 +33,51 @@ JOB_TIME_LIMIT_MS = 10 * 60 * 1000
 
 
 class CitebotRedisBroker(RedisBroker):
-    """dramatiq's Redis broker, whose enqueues can share one Redis round trip (:meth:`pipelined`).
+    """dramatiq's Redis broker, whose enqueues can be collected instead of sent (:meth:`collected`).
 
     The webhook enqueues two messages per question delivery (refresh the post, answer it); each
-    ``send`` is a round trip, and on a loaded 2-core machine the round trips' system calls are most of
-    a delivery's cost (docs/performance.md). Inside ``pipelined()`` the enqueue commands are the ones
-    dramatiq sends (its ``dispatch`` script, the same arguments as ``RedisBroker._dispatch``), queued on
-    one pipeline and sent when the block ends. dramatiq is pinned (constraints.txt) and
-    tests/worker/test_broker.py consumes such messages with a real dramatiq ``Worker``.
+    ``send`` is a blocking round trip, and on a loaded 2-core machine the round trips' system calls
+    are most of a delivery's cost (docs/performance.md). Inside ``collected()`` a ``send`` makes the
+    enqueue command dramatiq would send (its ``dispatch`` script, the same arguments as
+    ``RedisBroker._dispatch``) and appends it to the yielded list, for the caller to send: the webhook
+    sends it on its asyncio client with other deliveries' commands (``worker.redis_batch``).
+    ``pipelined()`` sends a block's enqueues together on this broker's own client. dramatiq is pinned
+    (constraints.txt) and tests/worker/test_broker.py consumes such messages with a real ``Worker``.
     """
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)  # type: ignore[no-untyped-call]
-        self._pending: ContextVar[redis_lib.client.Pipeline | None] = ContextVar(
-            f"citebot_pipeline_{id(self)}", default=None
+        self._pending: ContextVar[list[RedisCommand] | None] = ContextVar(
+            f"citebot_pending_{id(self)}", default=None
         )
+
+    @contextlib.contextmanager
+    def collected(self) -> Iterator[list[RedisCommand]]:
+        """Enqueues made in the block are not sent: their commands are appended to the yielded list."""
+        outer = self._pending.get()
+        if outer is not None:  # nested: they join the outer block's list
+            yield outer
+            return
+        commands: list[RedisCommand] = []
+        token = self._pending.set(commands)
+        try:
+            yield commands
+        finally:
+            self._pending.reset(token)
 
     @contextlib.contextmanager
     def pipelined(self) -> Iterator[None]:
         """Enqueues made in the block are sent together when it ends; none are sent if it raises."""
-        if self._pending.get() is not None:  # nested: the outer block sends them
+        nested = self._pending.get() is not None
+        with self.collected() as commands:
             yield
-            return
-        pipe = self.client.pipeline(transaction=False)
-        token = self._pending.set(pipe)
-        try:
-            yield
-        finally:
-            self._pending.reset(token)
-        if len(pipe):
-            self._execute(pipe)
+        if not nested and commands:
+            self._execute(commands)
 
-    def _execute(self, pipe: redis_lib.client.Pipeline) -> None:
-        commands = list(pipe.command_stack)  # execute() empties the stack, even when it raises
+    def _execute(self, commands: list[RedisCommand]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command.args)
         try:
             pipe.execute()
         except redis_lib.exceptions.NoScriptError:
@@ -73,13 +86,13 @@ class CitebotRedisBroker(RedisBroker):
             dispatch = self.scripts["dispatch"]
             dispatch.sha = self.client.script_load(dispatch.script)
             retry = self.client.pipeline(transaction=False)
-            for args, options in commands:
-                retry.execute_command(args[0], dispatch.sha, *args[2:], **options)
+            for command in commands:
+                retry.execute_command(*command.args)
             retry.execute()
 
     def do_enqueue(self, queue_name: str, message_id: str, data: bytes) -> Any:
-        pipe = self._pending.get()
-        if pipe is None:
+        pending = self._pending.get()
+        if pending is None:
             return self._dispatch("enqueue")(queue_name, message_id, data)  # type: ignore[no-untyped-call]
         args = [
             "enqueue",
@@ -93,9 +106,12 @@ class CitebotRedisBroker(RedisBroker):
             message_id,
             data,
         ]
-        # evalsha directly: the script object's own call would make the pipeline check (a round trip)
-        # that the script is loaded before every batch.
-        return pipe.evalsha(self.scripts["dispatch"].sha, 1, self.namespace, *args)
+        # EVALSHA directly: the script object's own call would check (a round trip) that the script is
+        # loaded before every batch. The script's source goes with it, for when Redis has lost it.
+        dispatch = self.scripts["dispatch"]
+        script = dispatch.script if isinstance(dispatch.script, bytes | str) else bytes(dispatch.script)
+        pending.append(RedisCommand(("EVALSHA", dispatch.sha, 1, self.namespace, *args), script))
+        return None
 
 
 def build_broker(redis: RedisSettings) -> CitebotRedisBroker:

@@ -11,9 +11,12 @@ captured delivery. So no header decides what work a body queues beyond what the 
 a question is deduped on (post id, version), a refresh on the digest of the signed body, and a post is
 removed from the index only when the body says it is deleted (``deleted_at``).
 
-Bursts: every delivery shares one Redis connection pool of ``limits.webhook_redis_connections``; a
-delivery waits up to ``limits.webhook_redis_wait_s`` for a free connection, and only then is shed with
-a 503 that says so (outcome ``shed``). A client that disconnects mid-body, a 401 and a 408 are each
+Redis: a delivery makes two round trips (its dedupe keys, then its enqueues), and the deliveries in
+flight share them: the commands handed over in one event-loop turn leave on one pipeline
+(``worker.redis_batch``), and each delivery is acked only once its own commands have answered. Bursts:
+at most ``limits.webhook_redis_connections`` pipelines are in flight on the one pool; a delivery waits
+up to ``limits.webhook_redis_wait_s`` for a turn, and only then is shed with a 503 that says so
+(outcome ``shed``). A client that disconnects mid-body, a 401 and a 408 are each
 logged once per source address per minute (the deliveries metric counts every one), never as a
 traceback. ``/healthz``: process up; ``/readyz``: a secret is set and Redis answers; ``/metrics``.
 """
@@ -44,6 +47,7 @@ from worker.addressing import BotIdentity, Decision, decide
 from worker.clients.discourse import parse_post
 from worker.dedupe import delivery_key, question_key
 from worker.domain import ForumPost
+from worker.redis_batch import NoTurnError, RedisBatcher, RedisCommand
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -78,8 +82,10 @@ class Intake(Protocol):
 
     def refresh_topic(self, topic_id: int, event: str) -> None: ...
 
-    def batch(self) -> contextlib.AbstractContextManager[None]:
-        """What is enqueued inside the block goes out together (one round trip) when it ends."""
+    def outbox(self) -> contextlib.AbstractContextManager[list[RedisCommand]]:
+        """What is enqueued inside the block is not sent: its Redis commands are appended to the yielded
+        list, and the webhook sends them (with other deliveries', ``worker.redis_batch``). An intake not
+        on Redis (a test's list) records at once and yields an empty list."""
         ...
 
 
@@ -183,8 +189,8 @@ def redis_for_webhook(settings: Settings) -> aredis_lib.Redis:
     """The webhook app's Redis client: one pool, sized on purpose, whose callers wait for a connection.
 
     The asyncio client's default pool refuses the 101st concurrent caller at once
-    (``MaxConnectionsError``: 100 of 200 concurrent deliveries got 503). Deliveries take turns for
-    Redis in :func:`create_app` (``limits.webhook_redis_connections`` at once); this
+    (``MaxConnectionsError``: 100 of 200 concurrent deliveries got 503). The deliveries' pipelines
+    take turns in :func:`create_app` (``limits.webhook_redis_connections`` at once); this
     ``BlockingConnectionPool`` holds that many connections plus a few, and makes a caller wait rather
     than fail should it ever run short. Short socket timeouts: with Redis unreachable, deliveries get a
     quick 503 rather than a stalled loop."""
@@ -197,10 +203,6 @@ def redis_for_webhook(settings: Settings) -> aredis_lib.Redis:
         socket_timeout=2,
     )
     return aredis_lib.Redis.from_pool(pool)  # closing the client closes the pool
-
-
-class _Shed(Exception):
-    """No Redis turn within ``limits.webhook_redis_wait_s``: the delivery is shed with a 503."""
 
 
 def _refresh_event(event: str, post: WebhookPost) -> str:
@@ -257,8 +259,9 @@ def create_app(
     source_log: OncePerSource | None = None,
 ) -> Starlette:
     """The ASGI app. ``intake`` receives accepted ids; ``redis`` (an asyncio client, closed at shutdown;
-    :func:`redis_for_webhook` builds the production one) holds the dedupe keys and answers /readyz.
-    Only the enqueue itself is a blocking call."""
+    :func:`redis_for_webhook` builds the production one) holds the dedupe keys, takes the enqueues and
+    answers /readyz. No Redis call blocks the event loop: every delivery's commands go through one
+    :class:`~worker.redis_batch.RedisBatcher`, which sends those of concurrent deliveries together."""
     secret = settings.discourse.webhook_secret.get_secret_value().encode("utf-8")
     if not secret:
         log.error("no webhook secret configured (CITEBOT_DISCOURSE__WEBHOOK_SECRET): every delivery gets 401")
@@ -291,34 +294,23 @@ def create_app(
             log.debug("post %d ignored: %s", post.id, decision.reason)
         return decision
 
-    # At most as many deliveries use Redis at once as the pool has connections; the others queue here,
-    # first come first served, and give up (503, shed) after the wait. A semaphore wakes one waiter per
-    # release; the pool's own wait would wake every waiter each time (slow with hundreds waiting).
-    turns = asyncio.Semaphore(settings.limits.webhook_redis_connections)
+    # At most as many pipelines are in flight as the pool has connections; a batch waits for a turn
+    # and gives up (503, shed) after the wait. The batcher's semaphore wakes one waiter per release; the
+    # pool's own wait would wake every waiter each time (slow with hundreds waiting).
     wait_s = settings.limits.webhook_redis_wait_s
-
-    @contextlib.asynccontextmanager
-    async def redis_turn() -> AsyncIterator[None]:
-        try:
-            async with asyncio.timeout(wait_s):
-                await turns.acquire()
-        except TimeoutError:
-            raise _Shed from None
-        try:
-            yield
-        finally:
-            turns.release()
+    batcher = RedisBatcher(redis, turns=settings.limits.webhook_redis_connections, wait_s=wait_s)
 
     async def first_sightings(keys: list[str]) -> list[bool]:
-        """SET NX EX every key in one round trip; True for each key this delivery saw first."""
-        async with redis_turn(), redis.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.set(key, b"1", nx=True, ex=ttl)
-            return [bool(r) for r in await pipe.execute()]
+        """SET NX EX every key (with other deliveries' commands); True for each key seen here first."""
+        replies = await batcher.run([RedisCommand(("SET", key, b"1", "NX", "EX", ttl)) for key in keys])
+        return [bool(r) for r in replies]
 
     async def forget(keys: list[str]) -> None:
-        async with redis_turn():
-            await redis.delete(*keys)
+        await batcher.run([RedisCommand(("DEL", *keys))])
+
+    async def enqueue(commands: list[RedisCommand]) -> None:
+        """Send the intake's collected enqueues; returns once Redis has answered each of them."""
+        await batcher.run(commands)
 
     async def accept_post(body: bytes, event: str) -> str:
         post = PostEnvelope.model_validate_json(body).post
@@ -331,8 +323,8 @@ def create_app(
         fresh = await first_sightings(keys)
         taken = [key for key, new in zip(keys, fresh, strict=True) if new]
         try:
-            # The refresh and the question leave in one Redis round trip (or, on an error, neither).
-            with intake.batch():
+            # The refresh and the question leave together (or, on an error, neither), once the block ends.
+            with intake.outbox() as commands:
                 if fresh[0]:
                     refresh = _refresh_event(event, post)
                     # The bot's own posts never enter the index: refreshing them would only spend API calls.
@@ -344,6 +336,7 @@ def create_app(
                 if queued:
                     reply_to = post.reply_to_post_number if decision.needs_confirmation else None
                     intake.question(post.id, post.topic_id, post.version, reply_to)
+            await enqueue(commands)
             if queued:
                 log.info("question enqueued", extra={"post_id": post.id, "topic_id": post.topic_id})
                 return "enqueued"
@@ -364,7 +357,9 @@ def create_app(
         if not fresh:
             return "duplicate"
         try:
-            intake.refresh_topic(topic.id, event)
+            with intake.outbox() as commands:
+                intake.refresh_topic(topic.id, event)
+            await enqueue(commands)
         except Exception:
             await forget([key])
             raise
@@ -402,7 +397,7 @@ def create_app(
                 return done(started, await accept_topic(body, event), 200)
         except pydantic.ValidationError:
             return done(started, "bad_request", 400, "body is not a Discourse webhook payload")
-        except _Shed:
+        except NoTurnError:
             once.log(
                 logging.WARNING, "shed", source, f"webhook overloaded: no Redis connection in {wait_s:g} s"
             )

@@ -2,10 +2,14 @@
 
 The webhook app runs as ``citebot webhook serve`` (uvicorn) in a child process on loopback, against a
 Redis of its own (a ``redis-server`` child, unless ``--redis-url``). The load generator is a small
-asyncio HTTP/1.1 client on keep-alive connections (``--concurrency`` of them), sending pre-signed
+HTTP/1.1 client on keep-alive connections (``--concurrency`` of them), sending pre-signed
 ``post_created`` deliveries, each a distinct post that mentions the bot (so every one is verified,
-parsed, addressed, deduped and enqueued). Reference in the same run: ``GET /healthz`` with the same
-generator — the framework's floor — reported as a ratio. Afterwards the bench checks that nothing was
+parsed, addressed, deduped and enqueued). On 2 cores the generator, Redis and the server share the
+CPUs, so the generator's own cost caps the figure: ``--clients lean,streams`` (the default) measures
+with both in one run, ``lean`` (an ``asyncio.Protocol`` on uvloop, the headline figures) and
+``streams`` (asyncio streams, the generator before issue 18's third session), and reports each one's
+CPU per request. Reference in the same run: ``GET /healthz`` with the same generator — the
+framework's floor — reported as a ratio. Afterwards the bench checks that nothing was
 lost: the queue holds exactly one message per accepted delivery.
 
 Burst mode (issue 13): with ``--concurrency`` above ``--baseline-concurrency`` (8), the same run also
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import statistics
@@ -26,8 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import redis as redis_lib
 
@@ -38,6 +45,7 @@ from worker.webhook import WEBHOOK_PATH, sign
 SECRET = "bench-webhook-secret"  # noqa: S105 - a throwaway secret for a loopback bench
 TARGET_RPS = 1500.0
 TARGET_P99_MS = 25.0
+_T = TypeVar("_T")
 
 
 def delivery(post_id: int) -> bytes:
@@ -166,6 +174,81 @@ async def _connection(
         writer.close()
 
 
+class _LeanConnection(asyncio.Protocol):
+    """One keep-alive connection of the lean generator: writes a request, parses the answer's head in
+    the transport's callback (no coroutine, no stream reader per request), writes the next."""
+
+    def __init__(self, shared: _Shared) -> None:
+        self.shared = shared
+        self.buffer = b""
+        self.need = -1  # bytes of the whole answer, once its head is in
+        self.started = 0.0
+        self.status = 0
+        self.transport: asyncio.Transport = None  # type: ignore[assignment] # set on connection_made
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._next()
+
+    def _next(self) -> None:
+        s = self.shared
+        if s.cursor >= len(s.requests):
+            self.transport.close()
+            return
+        request = s.requests[s.cursor]
+        s.cursor += 1
+        self.started = time.perf_counter()
+        self.transport.write(request)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            if self.need < 0:
+                end = self.buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                head = self.buffer[:end]
+                self.status = int(head[9:12])
+                at = head.lower().find(b"content-length:")
+                length = int(head[at + 15 : head.index(b"\r\n", at)]) if at >= 0 else 0
+                self.need = end + 4 + length
+            if len(self.buffer) < self.need:
+                return
+            self.buffer = self.buffer[self.need :]
+            self.need = -1
+            self.shared.latencies.append(time.perf_counter() - self.started)
+            self.shared.statuses.append(self.status)
+            self._next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.shared.closed += 1
+        if self.shared.closed == self.shared.connections and not self.shared.done.done():
+            self.shared.done.set_result(None)
+
+
+@dataclass
+class _Shared:
+    requests: list[bytes]
+    connections: int
+    done: asyncio.Future[None]
+    cursor: int = 0
+    closed: int = 0
+    latencies: list[float] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
+
+
+async def _lean_load(
+    port: int, requests: list[bytes], concurrency: int
+) -> tuple[float, list[float], list[int]]:
+    loop = asyncio.get_running_loop()
+    shared = _Shared(requests, concurrency, loop.create_future())
+    started = time.perf_counter()
+    for _ in range(concurrency):
+        await loop.create_connection(lambda: _LeanConnection(shared), "127.0.0.1", port)
+    await shared.done
+    return time.perf_counter() - started, shared.latencies, shared.statuses
+
+
 async def _load(port: int, requests: list[bytes], concurrency: int) -> tuple[float, list[float], list[int]]:
     cursor = [0]
     latencies: list[float] = []
@@ -175,6 +258,18 @@ async def _load(port: int, requests: list[bytes], concurrency: int) -> tuple[flo
         *(_connection(port, requests, cursor, latencies, statuses) for _ in range(concurrency))
     )
     return time.perf_counter() - started, latencies, statuses
+
+
+CLIENTS = {"lean": _lean_load, "streams": _load}
+
+
+def _run(main: Coroutine[Any, Any, _T], client: str) -> _T:
+    """The lean generator on uvloop when installed (the server's loop too), the streams one on asyncio."""
+    if client == "lean" and importlib.util.find_spec("uvloop"):
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
 
 
 def cpu_seconds(pids: Sequence[int]) -> float:
@@ -191,16 +286,21 @@ def cpu_seconds(pids: Sequence[int]) -> float:
 
 
 def run_load(
-    port: int, requests: list[bytes], concurrency: int, pids: Sequence[int] = ()
+    port: int, requests: list[bytes], concurrency: int, pids: Sequence[int] = (), client: str = "lean"
 ) -> dict[str, float]:
-    """Send ``requests``; with ``pids`` (the server, Redis), also their CPU time per request: on a
-    loaded machine the throughput swings with the neighbours, the CPU a request costs much less."""
+    """Send ``requests`` with the ``client`` generator; with ``pids`` (the server, Redis), also their
+    CPU time per request: on a loaded machine the throughput swings with the neighbours, the CPU a
+    request costs much less. The generator's own CPU per request is reported too (``client_cpu_us``):
+    on 2 cores it competes with the server and Redis, so a heavy one lowers the figure."""
     cpu_before = cpu_seconds(pids)
-    elapsed, latencies, statuses = asyncio.run(_load(port, requests, concurrency))
+    own_before = time.process_time()
+    elapsed, latencies, statuses = _run(CLIENTS[client](port, requests, concurrency), client)
+    own = time.process_time() - own_before
     cpu = cpu_seconds(pids) - cpu_before
     ordered = sorted(latencies)
     return {
         "cpu_us": 1e6 * cpu / max(1, len(latencies)),
+        "client_cpu_us": 1e6 * own / max(1, len(latencies)),
         "requests": len(latencies),
         "ok": sum(1 for s in statuses if s == 200),
         "refused": sum(1 for s in statuses if s != 200),
@@ -214,8 +314,6 @@ def run_load(
 
 def _server_stack() -> str:
     """The event loop and HTTP parser uvicorn picks here ("auto" prefers uvloop and httptools)."""
-    import importlib.util
-
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     http = "httptools" if importlib.util.find_spec("httptools") else "h11"
     return f"{loop} + {http}"
@@ -249,9 +347,24 @@ def main(argv: Sequence[str]) -> int:
         default=8,
         help="the normal figures' connections; a higher --concurrency adds a burst phase (default 8)",
     )
+    parser.add_argument(
+        "--clients",
+        default="lean,streams",
+        help="load generators, comma-separated, each measured in the same run; the first gives the "
+        "headline figures (lean: asyncio protocol on uvloop; streams: asyncio streams, the one before)",
+    )
+    parser.add_argument(
+        "--server-tree",
+        type=Path,
+        default=None,
+        help="serve the app from this source tree (a checkout of another commit), for old-vs-new runs",
+    )
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of starting one")
     parser.add_argument("--log-level", default="INFO", help="the server's CITEBOT_LOG_LEVEL (default INFO)")
     args = parser.parse_args(list(argv))
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    if not clients or any(c not in CLIENTS for c in clients):
+        parser.error(f"--clients takes {', '.join(CLIENTS)}")
 
     namespace = f"bench-{os.getpid()}"
     with tempfile.TemporaryDirectory(prefix="citebot-bench-") as tmp:
@@ -266,6 +379,8 @@ def main(argv: Sequence[str]) -> int:
             "CITEBOT_DISCOURSE__BOT_USERNAME": "citebot",
             "CITEBOT_LOG_LEVEL": args.log_level,
         }
+        if args.server_tree is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(args.server_tree.resolve()), env.get("PYTHONPATH", "")])
         server = subprocess.Popen(
             [sys.executable, "-m", "worker.cli", "webhook", "serve", "--port", str(port)],
             env=env,
@@ -278,15 +393,21 @@ def main(argv: Sequence[str]) -> int:
             base = 10_000_000
             run_load(port, [delivery(base - i) for i in range(1, 501)], args.baseline_concurrency)  # warm-up
             pids = [server.pid] + ([redis_server.proc.pid] if redis_server and redis_server.proc else [])
-            reference = run_load(port, [healthz()] * args.deliveries, args.baseline_concurrency, pids)
-            requests = [delivery(base + i) for i in range(args.deliveries)]
-            measured = run_load(port, requests, args.baseline_concurrency, pids)
+            by_client: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+            for n, client in enumerate(clients):
+                ref = run_load(port, [healthz()] * args.deliveries, args.baseline_concurrency, pids, client)
+                offset = base + n * 4 * args.deliveries
+                fresh = [delivery(offset + i) for i in range(args.deliveries)]
+                by_client[client] = (run_load(port, fresh, args.baseline_concurrency, pids, client), ref)
+                if n == 0:
+                    requests = fresh
+            measured, reference = by_client[clients[0]]
             replay = run_load(
                 port, requests[:1000], args.baseline_concurrency
             )  # duplicates: acked, not enqueued
             burst = None
             if args.concurrency > args.baseline_concurrency:
-                bursting = [delivery(base + args.deliveries + i) for i in range(args.deliveries)]
+                bursting = [delivery(base + 3 * args.deliveries + i) for i in range(args.deliveries)]
                 burst = run_load(port, bursting, args.concurrency)
             hostile = asyncio.run(
                 _hostile(
@@ -306,23 +427,39 @@ def main(argv: Sequence[str]) -> int:
                 redis_server.stop()
 
     # The warm-up deliveries and the two reproducers (they mention the bot after the backticks) count too.
-    accepted = int(measured["ok"]) + 500 + int(hostile["ok"]) + (int(burst["ok"]) if burst else 0)
+    sent = [m for m, _ in by_client.values()] + ([burst] if burst else [])
+    accepted = sum(int(m["ok"]) for m in sent) + 500 + int(hostile["ok"])
     lost = accepted - queued
-    refused = int(measured["refused"]) + (int(burst["refused"]) if burst else 0)
+    refused = sum(int(m["refused"]) for m in sent)
     print(
         f"webhook bench: {args.deliveries} signed deliveries, concurrency {args.baseline_concurrency}"
         + (f" then a burst at {args.concurrency}" if burst else "")
         + f", uvicorn ({_server_stack()}) on loopback, load average {os.getloadavg()[0]:.1f}"
     )
     route = "POST " + WEBHOOK_PATH
-    phases = [(route + " (new)", measured), (route + " (dup)", replay), ("GET /healthz (ref)", reference)]
+    phases: list[tuple[str, dict[str, float]]] = []
+    for client, (new_run, ref_run) in by_client.items():
+        phases += [(f"{route} (new, {client})", new_run), (f"GET /healthz (ref, {client})", ref_run)]
+    phases.append((route + " (dup)", replay))
     if burst:
         phases.insert(1, (route + f" (burst x{args.concurrency})", burst))
     rows = [
-        [name, m["requests"], m["rps"], m["p50_ms"], m["p99_ms"], m["max_ms"], m["cpu_us"] or "-"]
+        [
+            name,
+            m["requests"],
+            m["rps"],
+            m["p50_ms"],
+            m["p99_ms"],
+            m["max_ms"],
+            m["cpu_us"] or "-",
+            m["client_cpu_us"],
+        ]
         for name, m in phases
     ]
-    print_table(["route", "requests", "req/s", "p50 ms", "p99 ms", "max ms", "server+redis CPU µs"], rows)
+    print_table(
+        ["route", "requests", "req/s", "p50 ms", "p99 ms", "max ms", "server+redis CPU µs", "client CPU µs"],
+        rows,
+    )
     ratio = measured["rps"] / reference["rps"]
     print(
         f"deliveries/s vs /healthz: {ratio:.3f}; queued {queued} of {accepted} accepted (lost {lost}); "
@@ -345,6 +482,19 @@ def main(argv: Sequence[str]) -> int:
         "healthz_per_s": round(reference["rps"], 1),
         "server_cpu_us_per_delivery": round(measured["cpu_us"], 1),
         "server_cpu_us_per_healthz": round(reference["cpu_us"], 1),
+        "client": clients[0],
+        "client_cpu_us_per_delivery": round(measured["client_cpu_us"], 1),
+        "by_client": {
+            client: {
+                "deliveries_per_s": round(new["rps"], 1),
+                "ack_p50_ms": round(new["p50_ms"], 2),
+                "ack_p99_ms": round(new["p99_ms"], 2),
+                "healthz_per_s": round(ref["rps"], 1),
+                "server_cpu_us_per_delivery": round(new["cpu_us"], 1),
+                "client_cpu_us_per_delivery": round(new["client_cpu_us"], 1),
+            }
+            for client, (new, ref) in by_client.items()
+        },
         "ratio_to_healthz": round(ratio, 3),
         "accepted": accepted,
         "queued": queued,
@@ -355,6 +505,7 @@ def main(argv: Sequence[str]) -> int:
         "load_average": round(os.getloadavg()[0], 1),
         "server_log_level": args.log_level,
         "server_stack": _server_stack(),
+        "server_tree": str(args.server_tree) if args.server_tree else None,
         "target": {"deliveries_per_s": TARGET_RPS, "ack_p99_ms": TARGET_P99_MS},
         "passed": passed,
     }

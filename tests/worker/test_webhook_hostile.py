@@ -132,17 +132,33 @@ def test_a_burst_of_1000_concurrent_deliveries_is_queued_once_each(
     assert _sample(metrics, "duplicate") == 200
 
 
+class _SlowLink(aredis_lib.Connection):
+    """A connection to the real Redis over a link that takes 20 ms to carry each request."""
+
+    async def send_packed_command(self, command: object, check_health: bool = True) -> None:
+        await asyncio.sleep(0.02)
+        await super().send_packed_command(command, check_health)  # type: ignore[arg-type]
+
+
 def test_load_is_shed_only_with_a_503_that_says_so(redis_url: str, intake: FakeIntake) -> None:
-    """One Redis turn and no patience: of 100 concurrent deliveries some are shed; each of those is a
-    503 that says so and is counted, and every other one is queued exactly once."""
+    """One Redis turn, a slow link and no patience: of 100 deliveries arriving 1 ms apart some are shed
+    (deliveries that arrive together share a pipeline, so only a Redis slower than the arrivals sheds);
+    each of those is a 503 that says so and is counted, and every other one is queued exactly once."""
     settings = _settings(redis_url, webhook_redis_connections=1, webhook_redis_wait_s=0.001)
     metrics = WebhookMetrics()
-    app = create_app(settings, intake, redis_for_webhook(settings), metrics=metrics)
+    pool = aredis_lib.BlockingConnectionPool.from_url(
+        redis_url, max_connections=5, connection_class=_SlowLink
+    )
+    app = create_app(settings, intake, aredis_lib.Redis.from_pool(pool), metrics=metrics)
     payloads = [post_payload(id=8_000_000 + i) for i in range(100)]
+
+    async def later(c: httpx.AsyncClient, i: int, payload: object) -> httpx.Response:
+        await asyncio.sleep(0.001 * i)
+        return await _post(c, payload)
 
     async def run() -> list[httpx.Response]:
         async with _client(app) as c:
-            return list(await asyncio.gather(*(_post(c, p) for p in payloads)))
+            return list(await asyncio.gather(*(later(c, i, p) for i, p in enumerate(payloads))))
 
     responses = asyncio.run(run())
     shed = [r for r in responses if r.status_code != 200]

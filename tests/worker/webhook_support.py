@@ -7,6 +7,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 
+from worker.redis_batch import RedisCommand
 from worker.webhook import sign
 
 SECRET = "a-long-webhook-secret"
@@ -36,8 +37,8 @@ class FakeIntake:
     def refresh_topic(self, topic_id: int, event: str) -> None:
         self.topics.append((topic_id, event))
 
-    def batch(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
+    def outbox(self) -> contextlib.AbstractContextManager[list[RedisCommand]]:
+        return contextlib.nullcontext([])
 
 
 def post_payload(**fields: object) -> dict[str, object]:
