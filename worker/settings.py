@@ -243,9 +243,17 @@ class RetrievalSettings(BaseModel):
     binary_candidates: int = Field(
         200,
         ge=1,
+        le=5000,
+        description="`binary` index: posts the Hamming scan returns for the exact cosine to re-rank; at "
+        "least `recall_k`. Past 1,000 (pgvector's largest `hnsw.ef_search`) the iterative scan yields "
+        "the rest (not with `iterative_scan` off).",
+    )
+    binary_ef_search: int = Field(
+        0,
+        ge=0,
         le=1000,
-        description="`binary` index: posts the Hamming scan returns for the exact cosine to re-rank "
-        "(also its `hnsw.ef_search`); at least `recall_k`.",
+        description="`binary` index: the Hamming scan's `hnsw.ef_search`; 0: `binary_candidates` "
+        "(at most 1,000).",
     )
     lexical: bool = Field(
         False, description="Lexical channel: full-text search over post_index, fused with the cosine one."

@@ -56,6 +56,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--k", type=int, default=25, help="rows per query (default 25)")
     ap.add_argument("--ef", default="40,100,200", help="halfvec: hnsw.ef_search values")
     ap.add_argument("--candidates", default="100,200,400", help="binary: binary_candidates values")
+    ap.add_argument(
+        "--binary-ef",
+        default="0",
+        help="binary: binary_ef_search values, each with every --candidates (0: as candidates, <= 1000)",
+    )
+    ap.add_argument(
+        "--data-dir", type=Path, default=DATA_DIR, help="its PostgreSQL and cache (default .cache/pg-bench)"
+    )
     ap.add_argument("--clusters", type=int, default=0, help="clusters (default n/250)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument(
@@ -174,20 +182,27 @@ def configurations(kind: VectorIndexKind, args: argparse.Namespace) -> list[Retr
             for ef in args.ef.split(",")
         ]
     return [
-        RetrievalSettings(vector_index="binary", binary_candidates=int(c), recall_k=args.k)  # type: ignore[call-arg]
+        RetrievalSettings(  # type: ignore[call-arg]
+            vector_index="binary", binary_candidates=int(c), binary_ef_search=int(ef), recall_k=args.k
+        )
+        for ef in args.binary_ef.split(",")
         for c in args.candidates.split(",")
     ]
 
 
 def knob(s: RetrievalSettings) -> str:
-    return f"ef_search={s.ef_search}" if s.vector_index == "halfvec" else f"candidates={s.binary_candidates}"
+    if s.vector_index == "halfvec":
+        return f"ef_search={s.ef_search}"
+    ef = f" ef_search={s.binary_ef_search}" if s.binary_ef_search else ""
+    return f"candidates={s.binary_candidates}{ef}"
 
 
 def is_default(s: RetrievalSettings) -> bool:
     return (
         s.ef_search == DEFAULTS.ef_search
         if s.vector_index == "halfvec"
-        else (s.binary_candidates == DEFAULTS.binary_candidates)
+        else (s.binary_candidates, s.binary_ef_search)
+        == (DEFAULTS.binary_candidates, DEFAULTS.binary_ef_search)
     )
 
 
@@ -259,7 +274,7 @@ def main(argv: list[str]) -> int:
         rc.Params(n, args.dim, args.clusters or max(1, n // 250), args.seed, args.latent, args.storage)
         for n in sizes
     ]
-    server, url = rc.start_server(DATA_DIR, args.shared_buffers, keep=args.keep_server)
+    server, url = rc.start_server(args.data_dir, args.shared_buffers, keep=args.keep_server)
     measured = []
     try:
         for p in params:

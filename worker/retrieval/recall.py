@@ -94,6 +94,7 @@ COSINES_SQL = """
 SELECT p.post_id, 1 - (p.embedding <=> %(q)s) FROM post_index p WHERE p.post_id = ANY(%(ids)s::bigint[])
 """
 
+HNSW_MAX_EF_SEARCH = 1000  # pgvector refuses a larger hnsw.ef_search
 _SETTINGS_SQL = (
     "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true),"
     " set_config('hnsw.max_scan_tuples', %s, true)"
@@ -266,10 +267,15 @@ def recall_params(
 ) -> tuple[tuple[str, str, str], dict[str, object]]:
     """The search knobs (for ``_SETTINGS_SQL``) and the query parameters of one recall.
 
-    The binary kind's candidate scan must yield ``n`` rows, so its ``hnsw.ef_search`` is ``n``.
+    The binary kind's candidate scan must yield ``n`` rows: its ``hnsw.ef_search`` is
+    ``binary_ef_search``, or ``n`` when that is 0, at most pgvector's 1,000 (past it the iterative
+    scan yields the rest).
     """
     n = max(k, settings.binary_candidates)
-    ef = n if settings.vector_index == "binary" else settings.ef_search
+    if settings.vector_index == "binary":
+        ef = min(HNSW_MAX_EF_SEARCH, settings.binary_ef_search or n)
+    else:
+        ef = settings.ef_search
     knobs = (str(ef), settings.iterative_scan, str(settings.max_scan_tuples))
     query = HalfVector(np.asarray(vector, dtype=np.float32))
     return knobs, {"q": query, "k": k, "n": n, "exclude": list(exclude_post_ids)}

@@ -187,3 +187,17 @@ def test_the_backfill_rebuilds_the_recorded_kind(binary_db: tuple[str, np.ndarra
 def test_binary_candidates_below_recall_k_is_rejected() -> None:
     with pytest.raises(ValueError, match="binary_candidates"):
         RetrievalSettings.model_validate({"vector_index": "binary", "recall_k": 50, "binary_candidates": 40})
+
+
+def test_the_hamming_scans_ef_search_is_its_own_knob_and_never_past_pgvectors_limit() -> None:
+    """Issue 18: a re-rank wider than pgvector's largest ef_search (1,000) is allowed, the iterative
+    scan yields the rest; ``binary_ef_search`` sets the scan's width apart from the re-rank's."""
+
+    def knobs(**fields: object) -> tuple[str, object]:
+        settings = RetrievalSettings.model_validate({"vector_index": "binary", **fields})
+        (ef, _, _), params = recall_params(settings, [0.1] * 8, 25)
+        return ef, params["n"]
+
+    assert knobs(binary_candidates=400) == ("400", 400)
+    assert knobs(binary_candidates=3000) == ("1000", 3000)
+    assert knobs(binary_candidates=400, binary_ef_search=800) == ("800", 400)
