@@ -42,7 +42,7 @@ from sanitizer import LinkGrain, sanitize
 from worker import answers
 from worker.domain import ForumPost, PendingPost, Source, Zone
 from worker.errors import CitebotError, NotFoundError, PermanentError, TransientError
-from worker.flags import FlagReader
+from worker.flags import FlagReader, Flags
 from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
 from worker.html_text import html_to_text
 from worker.limits import RateLimiter
@@ -176,48 +176,19 @@ class AnswerPipeline:
         log.debug("question of post %d: %s", post_id, question, extra={"post_id": post_id})
         trace.info["language"] = detect_language(question)
 
-        # stage 0: the gate
-        if flags.input_gate:
-            with self._stage(trace, "gate") as st:
-                decision = self.gate.check(question)
-                st.info["hit"] = decision.hit
-                st.info["rule"] = decision.rule_id
-                st.info["category"] = decision.category
-            if decision.hit:
-                answers.transition(
-                    conn,
-                    post_id,
-                    ["queued", "retrieved"],
-                    "generated",
-                    reply_raw=canned_text(decision),
-                    rule_id=decision.rule_id,
-                    trace=self._trace_dict(trace, kind="canned", category=decision.category),
-                )
-                return self._post(conn, post_id, resumed=False)
-
-        # stage 0b: the gate's embedding layer, on the vector recall uses anyway (docs/gate.md)
-        vector = None
-        if flags.intent_layer and flags.posts_pipeline and self.intent is not None:
-            vector = self.retriever.embed_question(question, trace)
-        if vector is not None and self.intent is not None:
-            with self._stage(trace, "intent") as st:
-                verdict = self.intent.check(vector)
-                st.info.update(hit=verdict.hit, category=verdict.category, score=verdict.score)
-                st.info["threshold"] = verdict.threshold
-            if verdict.hit:
-                language = str(trace.info["language"])
-                reply = self.gate.rules.replies[verdict.category].text(language)
-                refusal = GateDecision(True, f"intent.{verdict.category}", verdict.category, language, reply)
-                answers.transition(
-                    conn,
-                    post_id,
-                    ["queued", "retrieved"],
-                    "generated",
-                    reply_raw=canned_text(refusal),
-                    rule_id=refusal.rule_id,
-                    trace=self._trace_dict(trace, kind="canned", category=verdict.category),
-                )
-                return self._post(conn, post_id, resumed=False)
+        # stage 0: the gate, its rules and its embedding layer; either refuses the same way
+        refusal, vector = self._screen(question, flags, trace)
+        if refusal is not None:
+            answers.transition(
+                conn,
+                post_id,
+                ["queued", "retrieved"],
+                "generated",
+                reply_raw=canned_text(refusal),
+                rule_id=refusal.rule_id,
+                trace=self._trace_dict(trace, kind="canned", category=refusal.category),
+            )
+            return self._post(conn, post_id, resumed=False)
 
         # stages 1–3: retrieval
         with self._stage(trace, "retrieve_total"):
@@ -293,6 +264,35 @@ class AnswerPipeline:
         )
         # stage 6: post
         return self._post(conn, post_id, resumed=False)
+
+    def _screen(
+        self, question: str, flags: Flags, trace: Trace
+    ) -> tuple[GateDecision | None, list[float] | None]:
+        """Stage 0's one refusal, if the rules or the embedding layer (docs/gate.md) hit, and the vector the
+        layer embedded (recall reuses it). An intent hit is a ``GateDecision`` like a rule's: rule
+        ``intent.<category>``, that category's canned reply in the question's language."""
+        if flags.input_gate:
+            with self._stage(trace, "gate") as st:
+                decision = self.gate.check(question)
+                st.info["hit"] = decision.hit
+                st.info["rule"] = decision.rule_id
+                st.info["category"] = decision.category
+            if decision.hit:
+                return decision, None
+        if not (flags.intent_layer and flags.posts_pipeline and self.intent is not None):
+            return None, None
+        vector = self.retriever.embed_question(question, trace)
+        if vector is None:
+            return None, None
+        with self._stage(trace, "intent") as st:
+            verdict = self.intent.check(vector)
+            st.info.update(hit=verdict.hit, category=verdict.category, score=verdict.score)
+            st.info["threshold"] = verdict.threshold
+        if not verdict.hit:
+            return None, vector
+        language = str(trace.info["language"])
+        reply = self.gate.rules.replies[verdict.category].text(language)
+        return GateDecision(True, f"intent.{verdict.category}", verdict.category, language, reply), vector
 
     def _post(self, conn: psycopg.Connection[Any], post_id: int, *, resumed: bool) -> Outcome:
         row = answers.get(conn, post_id)
