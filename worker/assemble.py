@@ -1,9 +1,10 @@
 """The worker's composition root: everything long-lived is built here, once per process.
 
 ``build_runtime`` opens the pool, the HTTP, forum and Redis clients and names the one embedder and the
-indexer (both built on first use); ``build_answerer`` builds the answer pipeline over them. Every other
-module receives these as typed objects. The indexer is ``backfill``'s, reached through the named seam
-``worker.seams.INDEXER`` (``worker`` imports nothing from ``backfill``).
+indexer (both built on first use); ``lazy_runtime`` defers it to the first message; ``build_answerer``
+builds the answer pipeline over them. Every other module receives these as typed objects. The indexer
+is ``backfill``'s, reached through the named seam ``worker.seams.INDEXER`` (``worker`` imports nothing
+from ``backfill``).
 """
 
 from __future__ import annotations
@@ -73,20 +74,10 @@ def build_runtime(
     return runtime
 
 
-class RuntimeProvider:
-    """Builds the ``Runtime`` on first call (thread-safe) and returns the same one afterwards."""
-
-    def __init__(self, settings: Settings, answerer_factory: AnswererFactory | None = None) -> None:
-        self.settings = settings
-        self._runtime = Once(lambda: build_runtime(settings, answerer_factory))
-
-    def __call__(self) -> Runtime:
-        return self._runtime()
-
-    def close(self) -> None:
-        runtime = self._runtime.take()
-        if runtime is not None:
-            runtime.close()
+def lazy_runtime(settings: Settings, answerer_factory: AnswererFactory | None = None) -> Once[Runtime]:
+    """The process's ``Runtime``, built on the first call (thread-safe) and the same one afterwards: what
+    ``declare_actors`` is handed, so declaring actors reads no environment and opens nothing."""
+    return Once(lambda: build_runtime(settings, answerer_factory))
 
 
 def load_intent_layer(s: Settings, gate: Gate) -> IntentLayer | None:

@@ -1,8 +1,8 @@
 """The process-wide runtime of a worker: settings, a connection pool, the HTTP, forum and Redis clients,
 the one embedder, the indexer and the answerer, each typed.
 
-Built by the composition root (``worker.assemble``: ``build_runtime``, lazily by ``RuntimeProvider`` so
-declaring actors reads no environment and opens nothing) and closed once at shutdown. The answer
+Built by the composition root (``worker.assemble``: ``build_runtime``, lazily as ``lazy_runtime``'s
+``Once`` so declaring actors reads no environment and opens nothing) and closed once at shutdown. The answer
 pipeline plugs in through the ``Answerer`` protocol, the index stack through ``Indexer``.
 """
 
@@ -25,6 +25,13 @@ from worker.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closeable)
 
 
 class Answerer(Protocol):
@@ -57,6 +64,12 @@ class Once(Generic[T]):
         with self._lock:
             value, self._value = self._value, None
         return value
+
+    def close(self: Once[C]) -> None:
+        """Close the object if it was built (and forget it); nothing to do if it never was."""
+        value = self.take()
+        if value is not None:
+            value.close()
 
 
 @dataclass(frozen=True, slots=True)

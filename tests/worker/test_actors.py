@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import make_settings
 from worker import answers
 from worker.actors import Actors, declare_actors, honour_retry_after, is_last_attempt, retry_options
-from worker.assemble import RuntimeProvider
+from worker.assemble import lazy_runtime
 from worker.broker import build_broker
 from worker.errors import PermanentError, RateLimitedError, ServiceUnavailableError, ValidationError
 from worker.runtime import Runtime
@@ -56,7 +56,7 @@ class Harness:
             return a
 
         self.broker = build_broker(settings.redis)
-        self.provider = RuntimeProvider(settings, factory)
+        self.provider = lazy_runtime(settings, factory)
         self.actors: Actors = declare_actors(self.broker, self.provider, settings.limits)
         self.worker = dramatiq.Worker(self.broker, worker_timeout=100, worker_threads=threads)
 

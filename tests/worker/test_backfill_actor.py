@@ -15,7 +15,7 @@ from eval.stack.launcher import serve
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.eval.forum.export import write_export
 from worker.actors import declare_actors
-from worker.assemble import RuntimeProvider
+from worker.assemble import lazy_runtime
 from worker.broker import build_broker
 from worker.testing.server import ModelDouble
 
@@ -56,7 +56,7 @@ def test_enqueued_backfill_runs_on_a_worker_and_fills_the_index(
         assert "enqueued" in proc.stdout
         broker = build_broker(settings.redis)
 
-        runtime = RuntimeProvider(settings)  # the worker's runtime: its indexer runs the backfill
+        runtime = lazy_runtime(settings)  # the worker's runtime: its indexer runs the backfill
         declare_actors(broker, runtime, settings.limits)
         worker = dramatiq.Worker(broker, worker_timeout=100, worker_threads=1)
         worker.start()

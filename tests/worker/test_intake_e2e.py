@@ -23,9 +23,9 @@ from eval.stack.launcher import serve
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.eval.forum.export import write_export
 from worker.actors import Actors, DramatiqIntake, declare_actors, run_poll
-from worker.assemble import RuntimeProvider
+from worker.assemble import lazy_runtime
 from worker.broker import build_broker
-from worker.runtime import Runtime
+from worker.runtime import Once, Runtime
 from worker.settings import Settings
 from worker.webhook import WEBHOOK_PATH, create_app
 
@@ -41,7 +41,7 @@ class Stack:
     forum: ForumApp
     forum_url: str
     actors: Actors
-    provider: RuntimeProvider
+    provider: Once[Runtime]
     db_url: str
     http: httpx.Client
 
@@ -95,7 +95,7 @@ def stack(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
     settings_base = make_settings(db_url, redis_url)
     broker = build_broker(settings_base.redis)
     # The runtime's settings need the forum's URL, known once it serves; the provider is lazy anyway.
-    provider_ref: list[RuntimeProvider] = []
+    provider_ref: list[Once[Runtime]] = []
 
     def provider() -> Runtime:
         return provider_ref[0]()
@@ -121,7 +121,7 @@ def stack(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
                     "webhook_secret": SECRET,
                 },
             )
-            runtime_provider = RuntimeProvider(settings)
+            runtime_provider = lazy_runtime(settings)
             provider_ref.append(runtime_provider)
             worker = dramatiq.Worker(broker, worker_timeout=100, worker_threads=2)
             worker.start()

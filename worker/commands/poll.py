@@ -29,7 +29,7 @@ def _outages() -> tuple[type[BaseException], ...]:
 
 def _poll(args: argparse.Namespace) -> int:
     from worker.actors import declare_actors, run_poll
-    from worker.assemble import RuntimeProvider
+    from worker.assemble import lazy_runtime
     from worker.broker import build_broker
     from worker.commands.common import preflight, settings_from
     from worker.errors import TransientError
@@ -38,7 +38,7 @@ def _poll(args: argparse.Namespace) -> int:
     preflight(settings, redis=True)
     outages: tuple[type[BaseException], ...] = (TransientError, *_outages())
     broker = build_broker(settings.redis)
-    provider = RuntimeProvider(settings)
+    provider = lazy_runtime(settings)
     actors = declare_actors(broker, provider, settings.limits)
 
     def enqueue(post_id: int, topic_id: int, version: int) -> None:

@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     import dramatiq
 
     from worker.actors import declare_actors
-    from worker.assemble import RuntimeProvider, build_answerer
+    from worker.assemble import build_answerer, lazy_runtime
     from worker.broker import build_broker
     from worker.commands.common import preflight, settings_from
     from worker.errors import ConfigError
@@ -67,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
         _spawn_child(args, metrics_port + i if metrics_port else None) for i in range(1, args.processes)
     ]
     broker = build_broker(settings.redis)
-    runtime = RuntimeProvider(settings, answerer_factory=build_answerer)
+    runtime = lazy_runtime(settings, answerer_factory=build_answerer)
     # Build the pipeline now: a broken rules file, an unreachable database or a model that does not
     # match the index stops the worker at start with a clear message, not message by message.
     rt = runtime()
