@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
-from backfill.embedders import NullEmbedder
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources import SourceBatch, SourcePost
 from backfill.store import pack_halfvecs
@@ -30,6 +29,7 @@ from eval.bench.report import emit, print_table
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
 from worker.db.migrate import migrate
 from worker.settings import Settings
+from worker.testing.models import FakeEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
 DATABASE = "citebot_bench_backfill"
@@ -188,7 +188,7 @@ def main(argv: list[str]) -> int:
                 conn.execute("DROP INDEX post_index_embedding_hnsw")
         ref_rate = raw_copy_rate(url, min(args.n, 100_000), args.dimension)
         source = SyntheticSource(args.n)
-        embedder = NullEmbedder(args.dimension, model="null", fixed=True)
+        embedder = FakeEmbedder(model="null", dimension=args.dimension, fixed=True)
         options = BackfillOptions(
             page_size=args.page_size,
             batch_size=256,

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from backfill.embedders import NullEmbedder
 from backfill.run import BackfillOptions
 from backfill.sources import SourcePost
 from worker.settings import DatabaseSettings
+from worker.testing.models import FakeEmbedder
 
 TEST_MODEL = "test-model"
 
@@ -37,8 +37,8 @@ def edited(post: SourcePost, text: str, when: str = "2024-02-01T00:00:00+00:00")
 
 
 @pytest.fixture
-def embedder() -> NullEmbedder:
-    return NullEmbedder(8, model=TEST_MODEL)
+def embedder() -> FakeEmbedder:
+    return FakeEmbedder(model=TEST_MODEL)
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ import httpx
 import psycopg
 import pytest
 
-from backfill.embedders import NullEmbedder
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.api import ApiSource
 from worker.budget import ApiBudget
 from worker.errors import AuthError
 from worker.settings import DatabaseSettings, DiscourseSettings
+from worker.testing.models import FakeEmbedder
 
 TOPICS = {
     1: {"id": 1, "title": "Shadows", "slug": "shadows", "category_id": 4, "archetype": "regular",
@@ -123,7 +123,7 @@ def test_auth_failure_is_permanent() -> None:
 @pytest.mark.integration
 def test_backfill_over_the_api_removes_what_the_forum_no_longer_lists(db_url: str) -> None:
     fake, sleeps = FakeDiscourse(), list[float]()
-    embedder = NullEmbedder(8, model="test-model")
+    embedder = FakeEmbedder(model="test-model")
     options = BackfillOptions(batch_size=2, progress=False)
     database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
     first = run_backfill(database, make_source(fake, sleeps), embedder, options)
@@ -141,7 +141,7 @@ def test_backfill_over_the_api_removes_what_the_forum_no_longer_lists(db_url: st
 @pytest.mark.integration
 def test_limit_on_the_downward_walk_keeps_the_newest_posts_and_resumes_below(db_url: str) -> None:
     fake, sleeps = FakeDiscourse(), list[float]()
-    embedder = NullEmbedder(8, model="test-model")
+    embedder = FakeEmbedder(model="test-model")
     database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
     options = BackfillOptions(batch_size=2, progress=False, limit=3)
     first = run_backfill(database, make_source(fake, sleeps), embedder, options)

@@ -7,10 +7,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from backfill.embedders import NullEmbedder
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.db import DbSource
 from worker.settings import DatabaseSettings
+from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration
 SCHEMA = Path(__file__).with_name("discourse_schema.sql")
@@ -84,7 +84,7 @@ def test_db_source_reads_pages_with_eligibility_decided_in_sql(discourse: str) -
 
 
 def test_backfill_from_the_replica_indexes_only_eligible_posts(discourse: str, db_url: str) -> None:
-    embedder = NullEmbedder(8, model="test-model")
+    embedder = FakeEmbedder(model="test-model")
     source = DbSource(discourse)
     options = BackfillOptions(page_size=4, batch_size=2, progress=False)
     try:

@@ -8,17 +8,17 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from backfill.embedders import NullEmbedder
 from backfill.embedding import RetryPolicy, embed_batch, embed_with_retry
 from backfill.progress import Progress
 from worker.errors import RateLimitedError, ServiceUnavailableError, ValidationError
+from worker.testing.models import FakeEmbedder
 
 
-class Flaky(NullEmbedder):
+class Flaky(FakeEmbedder):
     """Fails with the queued errors first; rejects any text containing 'BAD' permanently."""
 
     def __init__(self, errors: list[Exception]) -> None:
-        super().__init__(8, model="test-model")
+        super().__init__(model="test-model")
         self.errors = errors
 
     def embed_array(self, texts: Sequence[str]):  # type: ignore[no-untyped-def]

@@ -10,13 +10,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from backfill.embedders import NullEmbedder
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.file import FileSource, parse_raw
 from eval.evaluation.datasets import URHO3D
 from tests.services import unavailable
 from worker.errors import ConfigError
 from worker.settings import DatabaseSettings
+from worker.testing.models import FakeEmbedder
 
 ARCHIVE = URHO3D
 TOPICS = (100, 1000, 1036)  # 37 + 3 + 93 posts; 1036 holds a "posts were split" small action
@@ -76,7 +76,7 @@ def test_backfill_of_real_topics_indexes_eligible_posts_and_honours_categories(
         ),
         "utf-8",
     )
-    embedder = NullEmbedder(8, model="test-model")
+    embedder = FakeEmbedder(model="test-model")
     options = BackfillOptions(page_size=40, batch_size=16, progress=False)
     summary = run_backfill(DatabaseSettings(url=db_url), FileSource(export), embedder, options)  # type: ignore[call-arg]
     assert summary.seen == 133

@@ -1,58 +1,26 @@
-"""Incremental updates (webhook events) on real PostgreSQL, with an in-memory forum."""
+"""Incremental updates (webhook events) on real PostgreSQL, with the shipped in-memory ``FakeForum``."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from backfill.embedders import NullEmbedder
 from backfill.incremental import IndexDeps, refresh_post, refresh_topic, remove_post
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources import SourcePost
 from backfill.sources.memory import MemorySource
 from tests.backfill.conftest import TEST_MODEL
 from worker.db.connect import connect
-from worker.domain import ForumPost, ForumTopic, SearchHit
-from worker.errors import IndexMismatchError, NotFoundError
+from worker.domain import ForumPost, ForumTopic
+from worker.errors import IndexMismatchError
 from worker.settings import DatabaseSettings
+from worker.testing.forum import FakeForum
+from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration
-
-
-class MemoryForum:
-    """The ``Forum`` protocol over dicts; what a test changes here is what the next call sees."""
-
-    def __init__(self, topics: dict[int, ForumTopic]) -> None:
-        self.topics = topics
-
-    def get_post(self, post_id: int) -> ForumPost:
-        for topic in self.topics.values():
-            for post in topic.posts:
-                if post.id == post_id:
-                    return post
-        raise NotFoundError(f"post {post_id}", service="forum", status=404)
-
-    def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
-        if topic_id not in self.topics:
-            raise NotFoundError(f"topic {topic_id}", service="forum", status=404)
-        return self.topics[topic_id]
-
-    def search(self, query: str, *, limit: int = 25) -> list[SearchHit]:
-        return []
-
-    def create_post(self, topic_id: int, raw: str, *, reply_to_post_number: int | None = None) -> ForumPost:
-        raise NotImplementedError
-
-    def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
-        return {}
-
-    def edit_post(self, post_id: int, **changes: object) -> None:
-        for tid, topic in self.topics.items():
-            posts = tuple(dataclasses.replace(p, **changes) if p.id == post_id else p for p in topic.posts)  # type: ignore[arg-type]
-            self.topics[tid] = dataclasses.replace(topic, posts=posts)
 
 
 def forum_topic(tid: int, n: int, *, category_id: int = 10) -> ForumTopic:
@@ -76,17 +44,19 @@ def as_source_posts(topic: ForumTopic) -> list[SourcePost]:
     ]  # fmt: skip
 
 
-World = tuple["MemoryForum", NullEmbedder, IndexDeps]
+World = tuple[FakeForum, FakeEmbedder, IndexDeps]
 
 
 @pytest.fixture
-def world(db_url: str) -> Iterator[tuple[MemoryForum, NullEmbedder, IndexDeps]]:
+def world(db_url: str) -> Iterator[World]:
     topics = {1: forum_topic(1, 3), 2: forum_topic(2, 2)}
-    embedder = NullEmbedder(8, model=TEST_MODEL)
+    embedder = FakeEmbedder(model=TEST_MODEL)
     posts = [p for t in topics.values() for p in as_source_posts(t)]
     run_backfill(DatabaseSettings(url=db_url), MemorySource(posts), embedder, BackfillOptions(progress=False))  # type: ignore[call-arg]
-    embedder.history.clear()
-    forum = MemoryForum(topics)
+    embedder.calls.clear()
+    forum = FakeForum()
+    for topic in topics.values():
+        forum.put_topic(topic)
     with connect(DatabaseSettings(url=db_url)) as conn:  # type: ignore[call-arg]
         yield forum, embedder, IndexDeps(forum, embedder, conn)
 
@@ -99,7 +69,7 @@ def rows(db_url: str) -> dict[int, str]:
 def test_unchanged_post_costs_no_embedding(world: World, db_url: str) -> None:
     _forum, embedder, deps = world
     assert refresh_post(deps, 101, "post_edited") == "unchanged"
-    assert embedder.history == []
+    assert embedder.calls == []
 
 
 def test_edited_post_is_re_embedded(world: World, db_url: str) -> None:
@@ -107,7 +77,7 @@ def test_edited_post_is_re_embedded(world: World, db_url: str) -> None:
     forum.edit_post(102, cooked="<p>Now with the fix</p>", updated_at="2024-05-01T00:00:00+00:00")
     assert refresh_post(deps, 102, "post_edited") == "embedded"
     assert rows(db_url)[102] == "Topic 1\nCategory: Support\nTags: x\n\nNow with the fix"
-    assert len(embedder.history) == 1
+    assert len(embedder.calls) == 1
 
 
 def test_destroyed_hidden_and_vanished_posts_are_removed(world: World, db_url: str) -> None:
@@ -119,7 +89,7 @@ def test_destroyed_hidden_and_vanished_posts_are_removed(world: World, db_url: s
     assert refresh_post(deps, 999, "post_recovered") == "absent"
     assert remove_post(deps, 103) is True
     assert sorted(rows(db_url)) == [201, 202]
-    assert embedder.history == []
+    assert embedder.calls == []
 
 
 def test_recovered_post_comes_back(world: World, db_url: str) -> None:
@@ -131,7 +101,7 @@ def test_recovered_post_comes_back(world: World, db_url: str) -> None:
 
 def test_new_topic_title_re_embeds_the_topics_posts(world: World, db_url: str) -> None:
     forum, _embedder, deps = world
-    forum.topics[1] = dataclasses.replace(forum.topics[1], title="Renamed topic")
+    forum.put_topic(dataclasses.replace(forum.get_topic(1), title="Renamed topic"))
     result = refresh_topic(deps, 1, "topic_edited")
     assert (result.embedded, result.unchanged, result.removed) == (3, 0, 0)
     assert all(rows(db_url)[pid].startswith("Renamed topic\n") for pid in (101, 102, 103))
@@ -142,17 +112,17 @@ def test_topic_moved_into_a_restricted_category_leaves_the_index(world: World, d
     forum, _embedder, deps = world
     with psycopg.connect(db_url) as conn:
         conn.execute("INSERT INTO restricted_categories (category_id) VALUES (77)")
-    forum.topics[2] = dataclasses.replace(forum.topics[2], category_id=77)
+    forum.put_topic(dataclasses.replace(forum.get_topic(2), category_id=77))
     result = refresh_topic(deps, 2, "topic_edited")
     assert result.removed == 2
     assert sorted(rows(db_url)) == [101, 102, 103]
-    del forum.topics[1]
+    forum.remove_topic(1)
     assert refresh_topic(deps, 1, "topic_destroyed").removed == 3
 
 
 def test_another_model_is_refused(world: World, db_url: str) -> None:
     _forum, _embedder, deps = world
-    other = dataclasses.replace(deps, embedder=NullEmbedder(8, model="other"))
+    other = dataclasses.replace(deps, embedder=FakeEmbedder(model="other"))
     with pytest.raises(IndexMismatchError):
         refresh_post(other, 101, "post_edited")
 
@@ -165,21 +135,21 @@ def test_an_open_question_enters_the_index_with_its_first_answer_and_leaves_with
     question = ForumPost(id=301, topic_id=3, post_number=1, username="bo", user_id=2,
                          cooked="<p>What is the best recipe for sourdough bread?</p>",
                          updated_at="2024-01-01T00:00:00+00:00")  # fmt: skip
-    forum.topics[3] = ForumTopic(id=3, title="Sourdough bread", slug="sourdough", category_id=10,
-                                 posts=(question,))  # fmt: skip
+    forum.put_topic(ForumTopic(id=3, title="Sourdough bread", slug="sourdough", category_id=10,
+                               posts=(question,)))  # fmt: skip
     assert refresh_post(deps, 301, "post_created") == "absent"  # nobody answered: not evidence
     bot = ForumPost(id=302, topic_id=3, post_number=2, username="citebot", user_id=9,
                     cooked="<p>I don't know.</p>", reply_to_post_number=1)  # fmt: skip
     mention = '<p><a class="mention" href="/u/citebot">@citebot</a> any idea?</p>'
     asker = ForumPost(id=303, topic_id=3, post_number=3, username="cy", user_id=3,
                       raw="@citebot any idea?", cooked=mention)  # fmt: skip
-    forum.topics[3] = dataclasses.replace(forum.topics[3], posts=(question, bot, asker))
+    forum.put_topic(dataclasses.replace(forum.get_topic(3), posts=(question, bot, asker)))
     assert refresh_post(deps, 302, "post_created") == "absent"
     assert refresh_post(deps, 303, "post_created") == "absent"
     assert 301 not in rows(db_url)  # the bot's reply and a question to the bot answer nothing
     answer = ForumPost(id=304, topic_id=3, post_number=4, username="al", user_id=1,
                        cooked="<p>Feed the starter twice a day.</p>")  # fmt: skip
-    forum.topics[3] = dataclasses.replace(forum.topics[3], posts=(question, bot, asker, answer))
+    forum.put_topic(dataclasses.replace(forum.get_topic(3), posts=(question, bot, asker, answer)))
     assert refresh_post(deps, 304, "post_created") == "embedded"
     assert {301, 304} <= set(rows(db_url))  # answered: the question is the context of its answer
     forum.edit_post(304, deleted=True)

@@ -10,7 +10,6 @@ import threading
 import psycopg
 import pytest
 
-from backfill.embedders import NullEmbedder
 from backfill.lock import BackfillBusyError, BackfillLock
 from backfill.run import BackfillInterrupted, BackfillOptions, run_backfill
 from backfill.sources import SourcePost
@@ -18,6 +17,7 @@ from backfill.sources.memory import MemorySource
 from tests.backfill.conftest import TEST_MODEL, edited, make_post
 from worker.errors import IndexMismatchError
 from worker.settings import DatabaseSettings
+from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def corpus(n: int = 10) -> list[SourcePost]:
 
 
 def test_first_run_embeds_every_eligible_post_and_builds_the_index(
-    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     posts = [*corpus(10), make_post(11, post_type=3), make_post(12, hidden=True)]
     summary = run_backfill(database, MemorySource(posts), embedder, options)
@@ -57,28 +57,28 @@ def test_first_run_embeds_every_eligible_post_and_builds_the_index(
 
 
 def test_second_run_on_unchanged_source_calls_the_embedder_zero_times(
-    database: DatabaseSettings, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource([*corpus(10), make_post(11, hidden=True), make_post(12, post_type=2)])
     run_backfill(database, source, embedder, options)
-    calls = embedder.calls
+    calls = len(embedder.calls)
     again = run_backfill(database, source, embedder, options)
-    assert embedder.calls == calls
+    assert len(embedder.calls) == calls
     assert (again.seen, again.embedded, again.skipped, again.removed) == (12, 0, 10, 0)
     assert again.index_build_s == 0  # the live index was kept, not dropped and rebuilt
 
 
 def test_edited_post_is_re_embedded_and_deleted_one_removed(
-    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     posts = corpus(10)
     run_backfill(database, MemorySource(posts), embedder, options)
-    embedder.history.clear()
+    embedder.calls.clear()
     posts[4] = edited(posts[4], "A completely new answer")  # post 5
     posts[6] = dataclasses.replace(posts[6], deleted=True)  # post 7 soft-deleted
     del posts[8]  # post 9 hard-deleted: gone from the source
     summary = run_backfill(database, MemorySource(posts), embedder, options)
-    assert [t for call in embedder.history for t in call] == [indexed(db_url)[5]]
+    assert [t for call in embedder.calls for t in call.texts] == [indexed(db_url)[5]]
     assert "A completely new answer" in indexed(db_url)[5]
     assert (summary.embedded, summary.removed) == (1, 2)
     assert 7 not in indexed(db_url)
@@ -86,7 +86,7 @@ def test_edited_post_is_re_embedded_and_deleted_one_removed(
 
 
 def test_a_backfill_removes_only_what_its_own_source_no_longer_has(
-    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     full = corpus(30)
     run_backfill(database, MemorySource(full, key="file:/exports/full"), embedder, options)
@@ -115,7 +115,7 @@ def test_a_backfill_removes_only_what_its_own_source_no_longer_has(
 
 
 def test_post_moved_into_a_restricted_category_disappears_from_recall(
-    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     posts = corpus(8)
     run_backfill(database, MemorySource(posts, restricted=frozenset({99})), embedder, options)
@@ -136,16 +136,16 @@ def test_post_moved_into_a_restricted_category_disappears_from_recall(
 
 
 def test_model_change_without_reindex_is_refused_and_reindex_rebuilds(
-    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource(corpus(6))
     run_backfill(database, source, embedder, options)
-    other = NullEmbedder(16, model="other-model")
+    other = FakeEmbedder(model="other-model", dimension=16)
     with pytest.raises(IndexMismatchError) as info:
         run_backfill(database, source, other, options)
     assert "--reindex" in str(info.value)
     assert "other-model" in str(info.value)
-    assert other.calls == 0
+    assert other.calls == []
     summary = run_backfill(database, source, other, dataclasses.replace(options, reindex=True))
     assert summary.embedded == 6
     assert other.texts_embedded == 6
@@ -157,16 +157,17 @@ def test_model_change_without_reindex_is_refused_and_reindex_rebuilds(
     assert dims == [(16, "other-model")]
 
 
-class Interrupting(NullEmbedder):
+class Interrupting(FakeEmbedder):
     """Raises KeyboardInterrupt on its n-th call, like Ctrl-C in the middle of a run."""
 
     def __init__(self, at_call: int) -> None:
-        super().__init__(8, model=TEST_MODEL)
+        super().__init__(model=TEST_MODEL)
         self.at_call = at_call
+        self.attempts = 0
 
     def embed_array(self, texts):  # type: ignore[no-untyped-def]
-        if self.calls + 1 == self.at_call:
-            self.calls += 1
+        self.attempts += 1
+        if self.attempts == self.at_call:
             raise KeyboardInterrupt
         return super().embed_array(texts)
 
@@ -186,18 +187,18 @@ def test_resume_after_an_interruption_embeds_nothing_twice(
     assert state[0] == "interrupted"  # not "failed": nothing went wrong, and the same command resumes
     assert state[1]["post_id"] >= 4
     assert state[2]["status"] == "interrupted"
-    second = NullEmbedder(8, model=TEST_MODEL)
+    second = FakeEmbedder(model=TEST_MODEL)
     summary = run_backfill(database, source, second, options)
     assert summary.resumed_from == state[1]["post_id"]
-    first_texts = [t for call in first.history for t in call]
-    second_texts = [t for call in second.history for t in call]
+    first_texts = [t for call in first.calls for t in call.texts]
+    second_texts = [t for call in second.calls for t in call.texts]
     assert not set(first_texts) & set(second_texts)
     assert len(first_texts) + len(second_texts) == 20
     assert sorted(indexed(db_url)) == list(range(1, 21))
 
 
 def test_limit_stops_early_and_the_next_run_continues(
-    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource(corpus(10))
     first = run_backfill(database, source, embedder, dataclasses.replace(options, limit=6))
@@ -209,21 +210,21 @@ def test_limit_stops_early_and_the_next_run_continues(
 
 
 def test_a_second_run_of_the_same_source_is_refused_while_one_holds_the_lock(
-    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource(corpus(4))
     with BackfillLock(db_url, source.key), pytest.raises(BackfillBusyError) as info:
         run_backfill(database, source, embedder, options)
     assert "another backfill of source 'memory' is running" in str(info.value)
-    assert embedder.calls == 0
+    assert embedder.calls == []
     assert indexed(db_url) == {}
     with BackfillLock(db_url, "file:/x"), pytest.raises(BackfillBusyError, match="a backfill is running"):
         run_backfill(database, source, embedder, dataclasses.replace(options, reindex=True))
 
 
-class Slow(NullEmbedder):
+class Slow(FakeEmbedder):
     def __init__(self, gate: threading.Event) -> None:
-        super().__init__(8, model=TEST_MODEL)
+        super().__init__(model=TEST_MODEL)
         self.gate = gate
 
     def embed_array(self, texts):  # type: ignore[no-untyped-def]
@@ -247,10 +248,10 @@ def test_two_concurrent_runs_never_duplicate(
                 if held and held[0]:
                     break
                 threading.Event().wait(0.05)
-        second = NullEmbedder(8, model=TEST_MODEL)
+        second = FakeEmbedder(model=TEST_MODEL)
         with pytest.raises(BackfillBusyError):
             run_backfill(database, source, second, options)
-        assert second.calls == 0
+        assert second.calls == []
     finally:
         gate.set()
         thread.join(30)
@@ -268,7 +269,7 @@ def test_fresh_page_falls_back_to_the_upsert_when_a_row_appeared_meanwhile(db_ur
     preparer = Preparer(TEST_MODEL, Truncator(256))
     prepared = [preparer.prepare(make_post(i)) for i in (1, 2, 3)]
     posts = [p for p in prepared if not isinstance(p, str)]
-    embedder = NullEmbedder(8, model=TEST_MODEL)
+    embedder = FakeEmbedder(model=TEST_MODEL)
     vectors = embedder.embed_array([p.text for p in posts])
     with connect(DatabaseSettings(url=db_url)) as conn:  # type: ignore[call-arg]
         store = IndexStore(conn, TEST_MODEL)
@@ -291,7 +292,7 @@ def test_fresh_page_falls_back_to_the_upsert_when_a_row_appeared_meanwhile(db_ur
 
 
 def test_large_load_into_a_live_table_rebuilds_the_index_concurrently(
-    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource(corpus(12))
     run_backfill(database, source, embedder, dataclasses.replace(options, limit=2))
@@ -313,7 +314,7 @@ def _index_oid(db_url: str) -> int | None:
 
 
 def test_a_small_run_updates_the_live_index_in_place(
-    database: DatabaseSettings, db_url: str, embedder: NullEmbedder, options: BackfillOptions
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource(corpus(60))
     run_backfill(database, source, embedder, dataclasses.replace(options, limit=10))
@@ -331,7 +332,7 @@ def test_a_small_run_updates_the_live_index_in_place(
 
 
 def test_progress_moves_per_embedding_batch_with_rate_and_eta(
-    database: DatabaseSettings, embedder: NullEmbedder, caplog: pytest.LogCaptureFixture
+    database: DatabaseSettings, embedder: FakeEmbedder, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="backfill.progress")
     one_page = BackfillOptions(

@@ -1,7 +1,7 @@
 """Every implementation of each protocol the pipeline depends on, for the contract suites.
 
-Each fixture yields the in-memory fake of ``worker.testing`` (the embedder also the backfill's
-``NullEmbedder`` and the local MiniLM) and the real HTTP client talking to the TEI + OpenAI double
+Each fixture yields the in-memory fake of ``worker.testing`` (the embedder also the local MiniLM)
+and the real HTTP client talking to the TEI + OpenAI double
 (``worker.testing.server.ModelDouble``: the e2e tests' and the soak's) over loopback HTTP, so the fake
 and the client are held to one contract. The forum's suite (``test_forum.py``) builds its own pair.
 """
@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from backfill.embedders import NullEmbedder
 from eval.stack.launcher import AppThread
 from worker.clients.embeddings import TeiEmbedder, build_embedder
 from worker.clients.llm import OpenAIChatClient
@@ -52,12 +51,12 @@ def local_embedder() -> Embedder:
     return build_embedder(Settings(embeddings=local), None)  # type: ignore[call-arg]
 
 
-@pytest.fixture(params=["fake", "null", "local", "tei-client"])
+@pytest.fixture(params=["fake", "fake-fixed", "local", "tei-client"])
 def embedder(request: pytest.FixtureRequest) -> Embedder:
     if request.param == "fake":
         return FakeEmbedder(model=MODEL, dimension=DIMENSION)
-    if request.param == "null":
-        return NullEmbedder(DIMENSION, model=MODEL)
+    if request.param == "fake-fixed":
+        return FakeEmbedder(model=MODEL, dimension=DIMENSION, fixed=True)
     if request.param == "local":
         local: Embedder = request.getfixturevalue("local_embedder")
         return local

@@ -62,6 +62,25 @@ class FakeForum:
         self.posts[post_id] = post
         return post
 
+    def put_topic(self, topic: ForumTopic) -> None:
+        """Make ``topic`` and exactly its ``posts`` what the forum shows (a new topic, a rename, a move
+        to another category, posts added or gone), as the index's refreshes then read it."""
+        self.remove_topic(topic.id)
+        self.topics[topic.id] = replace(topic, posts=())
+        self.posts.update((p.id, p) for p in topic.posts)
+
+    def remove_topic(self, topic_id: int) -> None:
+        """The topic and its posts are gone (deleted, or no longer visible to the bot)."""
+        self.topics.pop(topic_id, None)
+        for post_id in [p.id for p in self.posts.values() if p.topic_id == topic_id]:
+            del self.posts[post_id]
+
+    def edit_post(self, post_id: int, **changes: object) -> ForumPost:
+        """Change fields of a post (an edit, a deletion, hiding), as Discourse would before its webhook."""
+        post = replace(self.posts[post_id], **changes)  # type: ignore[arg-type]
+        self.posts[post_id] = post
+        return post
+
     # -- Forum protocol --------------------------------------------------------------------------
 
     def get_post(self, post_id: int) -> ForumPost:

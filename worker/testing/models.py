@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import regex
+from numpy.typing import NDArray
 
 from worker.domain import EmbedKind
 from worker.errors import CitebotError
@@ -29,8 +32,9 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-@dataclass(frozen=True, slots=True)
-class EmbedCall:
+class EmbedCall(NamedTuple):
+    """One ``embed`` call (a tuple too: ``((texts...), kind)``)."""
+
     texts: tuple[str, ...]
     kind: EmbedKind
 
@@ -42,13 +46,36 @@ class RerankCall:
 
 
 class FakeEmbedder(Embedder):
-    """Deterministic hashed bag-of-words unit vectors; the same text always gets the same vector."""
+    """Deterministic unit vectors without a model; the same text always gets the same vector.
 
-    def __init__(self, *, model: str = "fake-embedder", dimension: int = 8) -> None:
+    A hashed bag of words by default (texts sharing words are close); ``table`` pins the vectors of exact
+    texts (normalised); ``fixed=True`` gives every text one constant unit vector and records no texts (the
+    backfill bench: it measures the pipeline, not a model). ``calls`` records each call, ``texts_embedded``
+    counts the texts; ``before`` runs inside each call (a test's barrier or delay), then ``fail_with``, if
+    set, is raised (a service that is down). ``embed_array`` is the numpy form the backfill prefers.
+    Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        model: str = "fake-embedder",
+        dimension: int = 8,
+        table: Mapping[str, Sequence[float]] | None = None,
+        fixed: bool = False,
+        before: Callable[[], None] | None = None,
+    ) -> None:
+        if dimension < 1:
+            raise ValueError("dimension must be positive")
         self._model = model
         self._dimension = dimension
+        self._table = {text: _unit(v) for text, v in (table or {}).items()}
+        self.fixed = fixed
+        self.before = before
         self.calls: list[EmbedCall] = []
+        self.texts_embedded = 0
         self.fail_with: CitebotError | None = None
+        self._lock = threading.Lock()
+        self._fixed_row = np.full(dimension, 1 / math.sqrt(dimension), np.float32)
 
     @property
     def model(self) -> str:
@@ -59,13 +86,34 @@ class FakeEmbedder(Embedder):
         return self._dimension
 
     def embed(self, texts: Sequence[str], *, kind: EmbedKind = "passage") -> list[list[float]]:
-        self.calls.append(EmbedCall(tuple(texts), kind))
-        if self.fail_with is not None:
-            raise self.fail_with
+        self._record(texts, kind)
+        if self.fixed:
+            return [list(map(float, self._fixed_row)) for _ in texts]
         return [self.vector(t) for t in texts]
 
+    def embed_array(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """``embed(texts, kind="passage")`` as one float32 array (fixed: a broadcast view, no copy)."""
+        self._record(texts, "passage")
+        if self.fixed:
+            return np.broadcast_to(self._fixed_row, (len(texts), self._dimension))
+        return np.array([self.vector(t) for t in texts], np.float32).reshape(len(texts), self._dimension)
+
+    def _record(self, texts: Sequence[str], kind: EmbedKind) -> None:
+        with self._lock:
+            self.texts_embedded += len(texts)
+            if not self.fixed:
+                self.calls.append(EmbedCall(tuple(texts), kind))
+        if self.before is not None:
+            self.before()
+        if self.fail_with is not None:
+            raise self.fail_with
+
     def vector(self, text: str) -> list[float]:
-        """The vector of one text (no call recorded): a signed hash of each word, summed, normalised."""
+        """The vector of one text (no call recorded): the table's, else a signed hash of each word,
+        summed, normalised."""
+        pinned = self._table.get(text)
+        if pinned is not None:
+            return list(pinned)
         acc = [0.0] * self._dimension
         for word in words(text) or [text]:
             digest = hashlib.sha256(word.encode("utf-8")).digest()
@@ -77,6 +125,11 @@ class FakeEmbedder(Embedder):
             acc[int.from_bytes(digest[:4], "big") % self._dimension] = 1.0
             norm = 1.0
         return [x / norm for x in acc]
+
+
+def _unit(values: Sequence[float]) -> list[float]:
+    norm = math.sqrt(math.fsum(float(x) * float(x) for x in values))
+    return [float(x) / norm for x in values]
 
 
 def overlap_logit(query: str, text: str) -> float:

@@ -6,7 +6,6 @@ calls; storage is never faked (the tests use the real Postgres fixtures).
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 import time
@@ -16,53 +15,14 @@ import numpy as np
 import psycopg
 from pgvector import HalfVector
 
-from worker.domain import EmbedKind, SearchHit
+from worker.domain import SearchHit
 from worker.errors import CitebotError
-from worker.protocols import Embedder, KeywordSearch, Reranker
+from worker.protocols import KeywordSearch, Reranker
 
 
 def unit(values: Sequence[float]) -> list[float]:
     a = np.asarray(values, dtype=np.float64)
     return [float(x) for x in a / np.linalg.norm(a)]
-
-
-class TableEmbedder(Embedder):
-    """Vectors from a table (exact text → vector), else a hashed one; ``before`` runs inside each call."""
-
-    def __init__(
-        self,
-        table: Mapping[str, Sequence[float]] | None = None,
-        *,
-        model: str = "test-model",
-        dimension: int = 8,
-        before: Callable[[], None] | None = None,
-    ) -> None:
-        self._table = {k: unit(v) for k, v in (table or {}).items()}
-        self._model = model
-        self._dimension = dimension
-        self.before = before
-        self.calls: list[tuple[tuple[str, ...], EmbedKind]] = []
-        self.fail_with: CitebotError | None = None
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    def embed(self, texts: Sequence[str], *, kind: EmbedKind = "passage") -> list[list[float]]:
-        self.calls.append((tuple(texts), kind))
-        if self.before is not None:
-            self.before()
-        if self.fail_with is not None:
-            raise self.fail_with
-        return [self._table.get(t) or self._hashed(t) for t in texts]
-
-    def _hashed(self, text: str) -> list[float]:
-        digest = hashlib.sha256(text.encode()).digest()
-        return unit([digest[i] - 127.5 for i in range(self._dimension)])
 
 
 def hit(post_id: int, topic_id: int, *, post_number: int = 1, category_id: int | None = None) -> SearchHit:

@@ -6,11 +6,12 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from tests.conftest import make_settings
-from tests.worker.retrieval.doubles import CannedSearch, TableEmbedder, angle_vector, hit, insert_post
+from tests.worker.retrieval.doubles import CannedSearch, angle_vector, hit, insert_post
 from worker.clients.tei import TeiReranker
 from worker.errors import IndexMismatchError
 from worker.retrieval.factory import build_retriever
 from worker.retrieval.recall import single_connection
+from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ def test_built_from_settings_and_runs(db_url: str) -> None:
         register_vector(conn)
         for n, text in enumerate(["shadowmapping bias", "shadowmapping cascades", "shadowmapping"], start=1):
             insert_post(conn, n, angle_vector(10 * n), text=text)
-        embedder = TableEmbedder({"shadowmapping bias?": angle_vector(0)})
+        embedder = FakeEmbedder(model="test-model", table={"shadowmapping bias?": angle_vector(0)})
         retriever = build_retriever(
             settings,
             connections=single_connection(conn),
@@ -44,7 +45,11 @@ def test_reranker_from_settings_and_model_check(db_url: str) -> None:
     settings = make_settings(db_url, "redis://127.0.0.1:1/0", reranker={"base_url": "http://127.0.0.1:9/"})
     with psycopg.connect(db_url, autocommit=True) as conn, httpx.Client() as http:
         retriever = build_retriever(
-            settings, connections=single_connection(conn), keyword=None, http=http, embedder=TableEmbedder()
+            settings,
+            connections=single_connection(conn),
+            keyword=None,
+            http=http,
+            embedder=FakeEmbedder(model="test-model"),
         )
         assert isinstance(retriever.reranker, TeiReranker)
         retriever.close()
@@ -53,5 +58,5 @@ def test_reranker_from_settings_and_model_check(db_url: str) -> None:
                 settings,
                 connections=single_connection(conn),
                 keyword=None,
-                embedder=TableEmbedder(model="another-model"),
+                embedder=FakeEmbedder(model="another-model"),
             )

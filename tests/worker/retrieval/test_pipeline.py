@@ -13,7 +13,6 @@ from pgvector.psycopg import register_vector
 from tests.worker.retrieval.doubles import (
     CannedSearch,
     ScriptedReranker,
-    TableEmbedder,
     angle_vector,
     hit,
     insert_post,
@@ -24,6 +23,7 @@ from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.retrieval.terms import TermSelector
 from worker.settings import RetrievalSettings
+from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def by_number(text: str) -> float:
 def test_posts_pipeline_ranks_dedupes_and_numbers_sources(conn: psycopg.Connection) -> None:
     fill(conn)
     s = settings()
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), None, None, s) as retriever:
         result = retriever.retrieve(QUESTION, use_keyword=False, use_rerank=False)
     assert result.grain == "post"
@@ -96,7 +96,7 @@ def test_keyword_hits_are_fused_given_their_indexed_text_and_dropped_when_not_in
     search = CannedSearch(
         default=[hit(99, 9), hit(31, 3), hit(555, 55, category_id=77), hit(556, 56, category_id=8)]
     )
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
         result = retriever.retrieve(QUESTION, use_rerank=False)
     ids = [c.post_id for c in result.candidates]
@@ -119,7 +119,7 @@ def test_keyword_hits_are_fused_given_their_indexed_text_and_dropped_when_not_in
 def test_rerank_sets_the_order_and_the_zone(conn: psycopg.Connection) -> None:
     fill(conn)
     s = settings()
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     reranker = ScriptedReranker(lambda text: -by_number(text))  # reverse the vector order
     with Retriever(embedder, make_index(conn, s), None, reranker, s) as retriever:
         result = retriever.retrieve(QUESTION)
@@ -143,7 +143,7 @@ def test_rerank_sets_the_order_and_the_zone(conn: psycopg.Connection) -> None:
 def test_no_answer_cites_a_source_below_the_floor_of_its_zone(conn: psycopg.Connection) -> None:
     fill(conn)
     s = settings()
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     # Topic 3's post scores 2.0, the others -1.0 (weak by the seed's -4 / 0): a normal-zone answer.
     reranker = ScriptedReranker(lambda text: 2.0 if text.startswith("Topic 3\n") else -1.0)
     with Retriever(embedder, make_index(conn, s), None, reranker, s) as retriever:
@@ -164,7 +164,7 @@ def test_reranker_down_keeps_fused_order_zone_normal(conn: psycopg.Connection) -
     s = settings()
     reranker = ScriptedReranker(lambda text: -9.0)
     reranker.fail_with = ServiceUnavailableError("timed out", service="tei")
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), None, reranker, s) as retriever:
         result = retriever.retrieve(QUESTION)
     assert result.zone == "normal"
@@ -176,7 +176,7 @@ def test_reranker_down_keeps_fused_order_zone_normal(conn: psycopg.Connection) -
 def test_legacy_when_the_posts_pipeline_is_off(conn: psycopg.Connection) -> None:
     fill(conn)
     s = settings()
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     search = CannedSearch(default=[hit(41, 4), hit(42, 4), hit(21, 2)])
     with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
         result = retriever.retrieve(QUESTION, use_posts=False)
@@ -191,7 +191,7 @@ def test_legacy_when_the_posts_pipeline_is_off(conn: psycopg.Connection) -> None
 def test_legacy_when_the_index_is_empty_and_the_check_is_cached(conn: psycopg.Connection) -> None:
     s = settings(index_check_ttl_s=60)
     now = [1000.0]
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     search = CannedSearch(default=[hit(41, 4)])
     retriever = Retriever(embedder, make_index(conn, s), search, None, s, clock=lambda: now[0])
     with retriever:
@@ -214,7 +214,7 @@ def test_legacy_when_the_index_is_empty_and_the_check_is_cached(conn: psycopg.Co
 def test_legacy_when_embeddings_fail(conn: psycopg.Connection, error: Exception) -> None:
     fill(conn)
     s = settings()
-    embedder = TableEmbedder()
+    embedder = FakeEmbedder(model="test-model")
     embedder.fail_with = error  # type: ignore[assignment]
     search = CannedSearch(default=[hit(41, 4)])
     with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
@@ -232,10 +232,10 @@ def test_legacy_when_embeddings_fail(conn: psycopg.Connection, error: Exception)
 def test_index_of_another_model_fails_loudly(conn: psycopg.Connection) -> None:
     s = settings()
     with pytest.raises(IndexMismatchError):
-        Retriever(TableEmbedder(model="other"), make_index(conn, s), None, None, s)
+        Retriever(FakeEmbedder(model="other"), make_index(conn, s), None, None, s)
     conn.execute("UPDATE index_meta SET model = 'changed-since'")
     fill(conn)
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with (
         Retriever(embedder, make_index(conn, s), None, None, s) as retriever,
         pytest.raises(IndexMismatchError, match="changed-since"),
@@ -246,7 +246,7 @@ def test_index_of_another_model_fails_loudly(conn: psycopg.Connection) -> None:
 def test_neighbours_travel_as_context(conn: psycopg.Connection) -> None:
     fill(conn)
     s = settings()
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), None, None, s) as retriever:
         plain = retriever.retrieve(QUESTION, use_keyword=False, use_rerank=False)
         around = retriever.retrieve(QUESTION, use_keyword=False, use_rerank=False, neighbours=1)
@@ -277,7 +277,7 @@ def test_keyword_runs_concurrently_with_embed_and_recall(conn: psycopg.Connectio
         keyword_started.set()
         waited["keyword"] = embed_started.wait(5)
 
-    embedder = TableEmbedder({QUESTION: angle_vector(0)}, before=in_embed)
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)}, before=in_embed)
     search = CannedSearch(default=[hit(31, 3)], before=in_search)
     with Retriever(embedder, make_index(conn, s), search, None, s, terms=TermSelector(2)) as retriever:
         result = retriever.retrieve(QUESTION, use_rerank=False)
@@ -300,7 +300,7 @@ def test_keyword_failure_is_a_fallback_not_an_error(conn: psycopg.Connection) ->
     s = settings()
     search = CannedSearch()
     search.fail_with = ServiceUnavailableError("429", service="discourse")
-    embedder = TableEmbedder({QUESTION: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
         result = retriever.retrieve(QUESTION, use_rerank=False)
     assert result.grain == "post"

@@ -12,7 +12,7 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from eval.evaluation.fit_stage import logistic_regression, provisional
-from tests.worker.retrieval.doubles import TableEmbedder, angle_vector, insert_post
+from tests.worker.retrieval.doubles import angle_vector, insert_post
 from worker.domain import Candidate
 from worker.errors import ConfigError
 from worker.retrieval.lexical import PostgresLexicalIndex
@@ -30,6 +30,7 @@ from worker.retrieval.stage import (
     write_model,
 )
 from worker.settings import RetrievalSettings
+from worker.testing.models import FakeEmbedder
 
 
 def cand(post_id: int, *, post_number: int = 2, cosine: float = 0.5, lexical: float = 0.0) -> Candidate:
@@ -123,7 +124,7 @@ def test_retrieve_with_the_second_stage_fuses_both_channels_and_sets_the_zone(
     insert_post(conn, 3, angle_vector(80), topic_id=2, title="Shadow acne", text="Raise the depth bias")
     s = RetrievalSettings.model_validate({"recall_k": 2, "stage_k": 10, "sources_k": 3})
     question = "shadow acne depth bias"
-    embedder = TableEmbedder({question: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={question: angle_vector(0)})
     connections = single_connection(conn)  # one lock for the one connection both read through
     index = PostgresPostIndex(connections, s, model="test-model", dimension=8)
     lexical = PostgresLexicalIndex(connections)

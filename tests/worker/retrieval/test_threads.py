@@ -8,13 +8,14 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from tests.worker.retrieval.doubles import TableEmbedder, angle_vector, insert_post
+from tests.worker.retrieval.doubles import angle_vector, insert_post
 from worker.retrieval.lexical import PostgresLexicalIndex
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.retrieval.stage import FEATURES, StageModel
 from worker.retrieval.threads import PostFacts, PostgresThreadIndex
 from worker.settings import RetrievalSettings
+from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ def test_the_stage_cites_a_topics_answer_the_channels_did_not_find(conn: psycopg
     solved_topic(conn)
     s = RetrievalSettings.model_validate({"recall_k": 2, "stage_k": 2, "stage_topics": 1, "sources_k": 3})
     question = "dense mist"
-    embedder = TableEmbedder({question: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={question: angle_vector(0)})
     connections = single_connection(conn)
     index = PostgresPostIndex(connections, s, model="test-model", dimension=8)
     weights = {"cosine": 1.0, "first_post": -3.0, "asker_followed": 2.0}

@@ -19,12 +19,13 @@ from pgvector.psycopg import register_vector
 
 from eval.stack.modelserver.models import BiEncoderScorer, Calibration, EmbeddingModel
 from eval.stack.modelserver.server import ModelServerThread
-from tests.worker.retrieval.doubles import TableEmbedder, angle_vector, insert_post
+from tests.worker.retrieval.doubles import angle_vector, insert_post
 from worker.clients.tei import TeiReranker, reranker_id
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.retrieval.zones import SEED, read_table, thresholds_for, write_thresholds
 from worker.settings import RerankerSettings, load_settings
+from worker.testing.models import FakeEmbedder
 
 OFF_TOPIC = "How long should I boil an egg for a runny yolk?"
 ON_TOPIC = "My physics objects fall through the terrain, how do I add a collision shape?"
@@ -68,7 +69,7 @@ def test_shipped_defaults_abstain_off_topic_with_the_local_reranker(
     assert s.abstain_below is None
     assert s.weak_below is None
     s = s.model_copy(update={"recall_k": 3})
-    embedder = TableEmbedder({OFF_TOPIC: angle_vector(0), ON_TOPIC: angle_vector(0)})
+    embedder = FakeEmbedder(model="test-model", table={OFF_TOPIC: angle_vector(0), ON_TOPIC: angle_vector(0)})
     index = PostgresPostIndex(single_connection(conn), s, model="test-model", dimension=8)
     with httpx.Client() as http:
         reranker = TeiReranker(http, RerankerSettings(base_url=model_server, timeout_s=60))  # type: ignore[call-arg]
