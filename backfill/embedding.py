@@ -44,7 +44,7 @@ class EmbedResult:
 
 
 def _as_array(embedder: Embedder, texts: Sequence[str]) -> NDArray[np.float32]:
-    # Embedders that already hold numpy arrays (local models, the null embedder) skip the list round trip.
+    # Embedders that already hold numpy arrays (local models, the fake embedder) skip the list round trip.
     as_array = getattr(embedder, "embed_array", None)
     raw = as_array(texts) if callable(as_array) else embedder.embed(texts, kind="passage")
     arr = np.asarray(raw, dtype=np.float32)
