@@ -70,6 +70,9 @@ class ForumConfig:
     admin_api_window_s: float = 60.0
     bot_admin: bool = True
     faults: Faults = field(default_factory=Faults)
+    # ``/site.json``'s categories by id: (name, read_restricted); any other is "Category <id>", public.
+    categories: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    latest_posts_page: int = 50  # posts a page of ``GET /posts.json`` (Discourse: 50)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,12 +259,13 @@ class ForumApp:
         return JSONResponse(post_json(post, viewer_id=user.id if user else None, suppress_quoting=suppress))
 
     async def latest_posts(self, request: Request) -> Response:
-        """``GET /posts.json[?before=id]``: the 50 newest public posts below ``before``, with raw."""
+        """``GET /posts.json[?before=id]``: the newest public posts below ``before`` (a page of
+        ``latest_posts_page``), with raw."""
         user = await self._user(request)
         if isinstance(user, Response):
             return user
         before = _int(request.query_params.get("before"))
-        rows = await run_in_threadpool(self.store.latest_posts, before)
+        rows = await run_in_threadpool(self.store.latest_posts, before, self.config.latest_posts_page)
         suppress = await run_in_threadpool(self._suppress_quoting)
         posts = []
         for row in rows:
@@ -276,8 +280,15 @@ class ForumApp:
         if isinstance(user, Response):
             return user
         ids = await run_in_threadpool(self.store.category_ids)
+        named = self.config.categories
         categories = [
-            {"id": c, "name": f"Category {c}", "slug": f"category-{c}", "read_restricted": False} for c in ids
+            {
+                "id": c,
+                "name": named.get(c, (f"Category {c}", False))[0],
+                "slug": f"category-{c}",
+                "read_restricted": named.get(c, ("", False))[1],
+            }
+            for c in ids
         ]
         return JSONResponse({"categories": categories})
 
