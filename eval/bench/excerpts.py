@@ -15,7 +15,6 @@ import logging
 import os
 from pathlib import Path
 
-from backfill.embedders import NullEmbedder
 from backfill.excerpts import fill_excerpts
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.file import FileSource
@@ -24,6 +23,7 @@ from eval.stack.postgres import EmbeddedPostgres, ensure_database
 from worker.clients.embeddings import build_excerpt_embedder
 from worker.db.migrate import migrate
 from worker.settings import Settings
+from worker.testing.models import FakeEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
 DATABASE = "citebot_bench_excerpts"
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
         posts = run_backfill(
             settings.database,
             FileSource(args.forum),
-            NullEmbedder(8, model="null", fixed=True),
+            FakeEmbedder(model="null", dimension=8, fixed=True),
             BackfillOptions(limit=args.n, progress=False, build_index=False),
         )
         model = build_excerpt_embedder(settings, None)

@@ -162,12 +162,12 @@ def test_a_re_embedded_post_gets_its_excerpt_vector_too(world: World, db_url: st
     from worker.retrieval.excerpts import excerpt_of
 
     forum, _embedder, deps = world
-    second = NullEmbedder(4, model="second-model")
+    second = FakeEmbedder(model="second-model", dimension=4)
     fill_excerpts(DatabaseSettings(url=db_url), second)  # type: ignore[call-arg]
     forum.edit_post(102, cooked="<p>Now with the fix</p>", updated_at="2024-05-01T00:00:00+00:00")
     deps = dataclasses.replace(deps, excerpt_embedder=second)
     assert refresh_post(deps, 102, "post_edited") == "embedded"
-    assert second.history[-1] == (excerpt_of("Topic 1", rows(db_url)[102])[0],)
+    assert second.calls[-1].texts == (excerpt_of("Topic 1", rows(db_url)[102])[0],)
     with psycopg.connect(db_url) as conn:
         digest = conn.execute("SELECT digest FROM excerpt_vectors WHERE post_id = 102").fetchone()
     assert bytes(digest[0]) == excerpt_of("Topic 1", rows(db_url)[102])[1]
@@ -176,11 +176,11 @@ def test_a_re_embedded_post_gets_its_excerpt_vector_too(world: World, db_url: st
 def test_a_failing_second_model_never_fails_the_refresh(world: World, db_url: str) -> None:
     forum, _embedder, deps = world
 
-    class Broken(NullEmbedder):
+    class Broken(FakeEmbedder):
         def embed_array(self, texts):  # type: ignore[no-untyped-def]
             raise IndexMismatchError("wrong model", service="excerpt-embeddings")
 
     forum.edit_post(102, cooked="<p>Again</p>", updated_at="2024-05-02T00:00:00+00:00")
-    deps = dataclasses.replace(deps, excerpt_embedder=Broken(4, model="second-model"))
+    deps = dataclasses.replace(deps, excerpt_embedder=Broken(model="second-model", dimension=4))
     assert refresh_post(deps, 102, "post_edited") == "embedded"
     assert rows(db_url)[102].endswith("Again")

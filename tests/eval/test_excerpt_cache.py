@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from eval.evaluation.excerpt_cache import CachedEmbedder, text_sha
-from tests.worker.retrieval.doubles import TableEmbedder
+from worker.testing.models import FakeEmbedder
 
 
 def test_cached_passages_come_from_the_file_and_the_rest_from_the_model(tmp_path: Path) -> None:
-    live = TableEmbedder(model="second", dimension=2)
+    live = FakeEmbedder(model="second", dimension=2)
     np.savez(
         tmp_path / "v.npz",
         sha=np.asarray([text_sha("cached")], dtype="S64"),

@@ -13,7 +13,7 @@ from pgvector.psycopg import register_vector
 
 from backfill.excerpts import fill_excerpts
 from tests.conftest import make_settings
-from tests.worker.retrieval.doubles import TableEmbedder, angle_vector, insert_post
+from tests.worker.retrieval.doubles import angle_vector, insert_post
 from worker.errors import IndexMismatchError, ServiceUnavailableError
 from worker.retrieval.excerpts import PostgresExcerptIndex, excerpt_of, read_excerpt_meta
 from worker.retrieval.lexical import PostgresLexicalIndex
@@ -23,6 +23,7 @@ from worker.retrieval.rerank import rerank_text
 from worker.retrieval.stage import FEATURES, StageModel
 from worker.retrieval.threads import PostgresThreadIndex
 from worker.settings import RetrievalSettings
+from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,7 @@ def test_the_pass_embeds_each_excerpt_once_records_the_model_and_resumes(
 ) -> None:
     for pid in range(1, 6):
         insert_post(conn, pid, angle_vector(pid * 10), title=f"Title {pid}", text="x " * 400)
-    second = TableEmbedder(model=SECOND, dimension=4)
+    second = FakeEmbedder(model=SECOND, dimension=4)
     first = fill_excerpts(database(db_url), second, limit=3, page_size=2)
     assert (first.embedded, first.failed) == (3, 0)
     assert read_excerpt_meta(conn) == (SECOND, 4)
@@ -68,7 +69,7 @@ def test_the_pass_embeds_each_excerpt_once_records_the_model_and_resumes(
 def test_a_changed_excerpt_is_embedded_again_and_orphans_go(conn: psycopg.Connection, db_url: str) -> None:
     for pid in (1, 2, 3):
         insert_post(conn, pid, angle_vector(0), title="Fog", text=f"post {pid}")
-    second = TableEmbedder(model=SECOND, dimension=4)
+    second = FakeEmbedder(model=SECOND, dimension=4)
     fill_excerpts(database(db_url), second)
     conn.execute("UPDATE post_index SET topic_title = 'Thick fog' WHERE post_id = 2")
     conn.execute("DELETE FROM post_index WHERE post_id = 3")
@@ -81,8 +82,8 @@ def test_another_model_is_never_mixed_in_unless_the_column_is_reset(
     conn: psycopg.Connection, db_url: str
 ) -> None:
     insert_post(conn, 1, angle_vector(0))
-    fill_excerpts(database(db_url), TableEmbedder(model=SECOND, dimension=4))
-    other = TableEmbedder(model="other-model", dimension=6)
+    fill_excerpts(database(db_url), FakeEmbedder(model=SECOND, dimension=4))
+    other = FakeEmbedder(model="other-model", dimension=6)
     with pytest.raises(IndexMismatchError, match="second-model"):
         fill_excerpts(database(db_url), other)
     summary = fill_excerpts(database(db_url), other, reset=True)
@@ -94,7 +95,7 @@ def test_cosines_are_read_by_candidate_id(conn: psycopg.Connection, db_url: str)
     for pid in (1, 2):
         insert_post(conn, pid, angle_vector(0), title="T", text=f"p{pid}")
     table = {rerank_text("T", f"T\n\np{pid}"): angle_vector(pid * 30, 4) for pid in (1, 2)}
-    fill_excerpts(database(db_url), TableEmbedder(table, model=SECOND, dimension=4))
+    fill_excerpts(database(db_url), FakeEmbedder(table=table, model=SECOND, dimension=4))
     index = PostgresExcerptIndex(single_connection(conn), model=SECOND, dimension=4)
     got = index.cosines(angle_vector(0, 4), [1, 2, 99])
     assert got == {1: pytest.approx(math.cos(math.radians(30)), abs=1e-5), 2: pytest.approx(0.5, abs=1e-5)}
@@ -126,12 +127,12 @@ def stage_models() -> tuple[StageModel, StageModel]:
     return base, with_second
 
 
-def retriever_for(conn: psycopg.Connection, second: TableEmbedder) -> Retriever:
+def retriever_for(conn: psycopg.Connection, second: FakeEmbedder) -> Retriever:
     s = RetrievalSettings.model_validate({"recall_k": 2, "stage_k": 2, "stage_topics": 2})
     connections = single_connection(conn)
     question = "how thick is the fog"
     r = Retriever(
-        TableEmbedder({question: angle_vector(0)}),
+        FakeEmbedder(model="test-model", table={question: angle_vector(0)}),
         PostgresPostIndex(connections, s, model="test-model", dimension=8),
         None,
         None,
@@ -147,9 +148,9 @@ def retriever_for(conn: psycopg.Connection, second: TableEmbedder) -> Retriever:
     return r
 
 
-def second_model(question_angle: float = 0.0) -> TableEmbedder:
-    return TableEmbedder(
-        {
+def second_model(question_angle: float = 0.0) -> FakeEmbedder:
+    return FakeEmbedder(
+        table={
             "how thick is the fog": angle_vector(question_angle, 4),
             rerank_text("Fog", "Fog\n\nfog a"): angle_vector(80, 4),
             rerank_text("Mist", "Mist\n\nmist b"): angle_vector(5, 4),
