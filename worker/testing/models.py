@@ -13,7 +13,6 @@ import hashlib
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,8 +38,9 @@ class EmbedCall(NamedTuple):
     kind: EmbedKind
 
 
-@dataclass(frozen=True, slots=True)
-class RerankCall:
+class RerankCall(NamedTuple):
+    """One ``rerank`` call (a tuple too: ``(query, (texts...))``)."""
+
     query: str
     texts: tuple[str, ...]
 

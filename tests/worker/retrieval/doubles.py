@@ -1,14 +1,14 @@
 """Test doubles of the model and search services (the Protocols), and a helper to fill post_index.
 
-They are real implementations of ``Embedder``, ``Reranker`` and ``KeywordSearch`` that record their
-calls; storage is never faked (the tests use the real Postgres fixtures).
+``CannedSearch`` is a real implementation of ``KeywordSearch`` that records its calls (the embedder and
+the reranker are the shipped ``worker.testing.models`` fakes); storage is never faked (the tests use
+the real Postgres fixtures).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -17,7 +17,7 @@ from pgvector import HalfVector
 
 from worker.domain import SearchHit
 from worker.errors import CitebotError
-from worker.protocols import KeywordSearch, Reranker
+from worker.protocols import KeywordSearch
 
 
 def unit(values: Sequence[float]) -> list[float]:
@@ -62,28 +62,6 @@ class CannedSearch(KeywordSearch):
         if self.fail_with is not None:
             raise self.fail_with
         return list(self.results.get(query, self.default))[:limit]
-
-
-class ScriptedReranker(Reranker):
-    """Logits from a function of the text (default: by a number found in a table), or a failure."""
-
-    def __init__(self, score: Callable[[str], float], *, delay_s: float = 0.0) -> None:
-        self._score = score
-        self.delay_s = delay_s
-        self.calls: list[tuple[str, tuple[str, ...]]] = []
-        self.fail_with: CitebotError | None = None
-
-    @property
-    def name(self) -> str:
-        return "scripted"
-
-    def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
-        self.calls.append((query, tuple(texts)))
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        if self.fail_with is not None:
-            raise self.fail_with
-        return [self._score(t) for t in texts]
 
 
 def insert_post(

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.worker.retrieval.doubles import CannedSearch, ScriptedReranker, hit
+from tests.worker.retrieval.doubles import CannedSearch, hit
 from worker.domain import Candidate
 from worker.errors import ServiceUnavailableError, ValidationError
 from worker.retrieval.keyword import hits_to_candidates, keyword_search
 from worker.retrieval.rerank import rerank_candidates, rerank_text
 from worker.retrieval.terms import DocFrequencies, TermSelector
+from worker.testing.models import FakeReranker
 
 STATS = DocFrequencies(total=100, counts={"shadows": 10, "directional": 5, "softer": 2})
 QUESTION = "How can I make directional shadows softer?"
@@ -83,7 +84,7 @@ def test_rerank_text_collapses_whitespace_and_drops_an_empty_title() -> None:
 
 def test_rerank_orders_by_logit_and_leaves_the_tail_unscored() -> None:
     cands = [cand(1, "score=-5"), cand(2, "score=2"), cand(3, "score=0.5"), cand(4, "score=9")]
-    reranker = ScriptedReranker(by_number)
+    reranker = FakeReranker(score_fn=lambda _query, text: by_number(text))
     outcome = rerank_candidates(reranker, "q", cands, width=3)
     assert outcome.applied
     assert outcome.fallback is None
@@ -95,7 +96,7 @@ def test_rerank_orders_by_logit_and_leaves_the_tail_unscored() -> None:
 def test_rerank_failure_keeps_the_fused_order() -> None:
     cands = [cand(1, "score=-5"), cand(2, "score=2")]
     for error in (ServiceUnavailableError("timeout", service="tei"), ValidationError("413", service="tei")):
-        reranker = ScriptedReranker(by_number)
+        reranker = FakeReranker(score_fn=lambda _query, text: by_number(text))
         reranker.fail_with = error
         outcome = rerank_candidates(reranker, "q", cands)
         assert not outcome.applied
@@ -107,7 +108,7 @@ def test_rerank_failure_keeps_the_fused_order() -> None:
 
 def test_rerank_with_unusable_scores_keeps_the_fused_order() -> None:
     cands = [cand(1, "score=1"), cand(2, "score=nan")]
-    outcome = rerank_candidates(ScriptedReranker(by_number), "q", cands)
+    outcome = rerank_candidates(FakeReranker(score_fn=lambda _query, text: by_number(text)), "q", cands)
     assert not outcome.applied
     assert outcome.fallback == "reranker returned unusable scores"
     assert [c.post_id for c in outcome.candidates] == [1, 2]

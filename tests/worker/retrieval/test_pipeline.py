@@ -12,7 +12,6 @@ from pgvector.psycopg import register_vector
 
 from tests.worker.retrieval.doubles import (
     CannedSearch,
-    ScriptedReranker,
     angle_vector,
     hit,
     insert_post,
@@ -23,7 +22,7 @@ from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.retrieval.terms import TermSelector
 from worker.settings import RetrievalSettings
-from worker.testing.models import FakeEmbedder
+from worker.testing.models import FakeEmbedder, FakeReranker
 
 pytestmark = pytest.mark.integration
 
@@ -120,7 +119,7 @@ def test_rerank_sets_the_order_and_the_zone(conn: psycopg.Connection) -> None:
     fill(conn)
     s = settings()
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
-    reranker = ScriptedReranker(lambda text: -by_number(text))  # reverse the vector order
+    reranker = FakeReranker(score_fn=lambda _query, text: -by_number(text))  # reverse the vector order
     with Retriever(embedder, make_index(conn, s), None, reranker, s) as retriever:
         result = retriever.retrieve(QUESTION)
     assert [src.topic_id for src in result.sources] == [5, 4, 3]
@@ -132,10 +131,10 @@ def test_rerank_sets_the_order_and_the_zone(conn: psycopg.Connection) -> None:
     assert len(texts) == 10
     assert texts[0].startswith("Topic 1\n\npost 11")
 
-    weak = ScriptedReranker(lambda text: -2.0)
+    weak = FakeReranker(score_fn=lambda _query, text: -2.0)
     with Retriever(embedder, make_index(conn, s), None, weak, s) as retriever:
         assert retriever.retrieve(QUESTION).zone == "weak"
-    abstain = ScriptedReranker(lambda text: -4.5)
+    abstain = FakeReranker(score_fn=lambda _query, text: -4.5)
     with Retriever(embedder, make_index(conn, s), None, abstain, s) as retriever:
         assert retriever.retrieve(QUESTION).zone == "abstain"
 
@@ -145,7 +144,7 @@ def test_no_answer_cites_a_source_below_the_floor_of_its_zone(conn: psycopg.Conn
     s = settings()
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     # Topic 3's post scores 2.0, the others -1.0 (weak by the seed's -4 / 0): a normal-zone answer.
-    reranker = ScriptedReranker(lambda text: 2.0 if text.startswith("Topic 3\n") else -1.0)
+    reranker = FakeReranker(score_fn=lambda _query, text: 2.0 if text.startswith("Topic 3\n") else -1.0)
     with Retriever(embedder, make_index(conn, s), None, reranker, s) as retriever:
         result = retriever.retrieve(QUESTION)
         unranked = retriever.retrieve(QUESTION, use_rerank=False)
@@ -155,14 +154,16 @@ def test_no_answer_cites_a_source_below_the_floor_of_its_zone(conn: psycopg.Conn
     assert [src.topic_id for src in prompt.sources_used] == [3]
     assert "[[2]]" not in prompt.messages[1]["content"]  # not shown, so no generator can cite it
     assert unranked.floor is None  # no calibrated score decided the zone: nothing to hold the sources to
-    with Retriever(embedder, make_index(conn, s), None, ScriptedReranker(lambda t: -2.0), s) as retriever:
+    with Retriever(
+        embedder, make_index(conn, s), None, FakeReranker(score_fn=lambda _query, t: -2.0), s
+    ) as retriever:
         assert retriever.retrieve(QUESTION).floor == -4.0  # weak zone: the abstain threshold
 
 
 def test_reranker_down_keeps_fused_order_zone_normal(conn: psycopg.Connection) -> None:
     fill(conn)
     s = settings()
-    reranker = ScriptedReranker(lambda text: -9.0)
+    reranker = FakeReranker(score_fn=lambda _query, text: -9.0)
     reranker.fail_with = ServiceUnavailableError("timed out", service="tei")
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), None, reranker, s) as retriever:
