@@ -5,7 +5,9 @@ searched only in the sentences that hold a word of its first group (see :mod:`ga
 exception is *scoped*: it excuses one match of the pattern only when it matches in that match's
 clause (the sentence, cut at clause breaks such as ";", "but", "btw", "for real", "en vrai"),
 within the rule's ``exception_window`` characters either side. The rule hits when one match is not
-excused; strict rules have no exceptions. The first rule that hits decides.
+excused; strict rules have no exceptions. The first rule that hits decides. When no rule hits, the
+lexical head (:mod:`gate.lexical`, when the gate has one) judges the words of each clause; its hit is
+reported as rule ``lexical.<category>``.
 
 Bounded work, never an exception for any input string:
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gate.language import language_of
+from gate.lexical import LexicalHead
 from gate.normalize import normalize
 from gate.rules import Rule, RuleSet, TriggerGroup, load_rules
 
@@ -63,7 +66,12 @@ class Gate:
     """Deterministic intent gate over a validated :class:`RuleSet`."""
 
     def __init__(
-        self, rules: RuleSet, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, max_chars: int = DEFAULT_MAX_CHARS
+        self,
+        rules: RuleSet,
+        *,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        lexical: LexicalHead | None = None,
     ) -> None:
         if timeout_ms <= 0:
             raise ValueError("timeout_ms must be positive")
@@ -72,6 +80,7 @@ class Gate:
         self.rules = rules
         self.timeout_s = timeout_ms / 1000
         self.max_chars = max_chars
+        self.lexical = lexical
         # Word-beginning lengths the prefix triggers need (see Rule.triggers).
         self._head_lengths = tuple(
             sorted({len(p) for rule in rules.rules for group in rule.triggers for p in group.prefixes})
@@ -84,9 +93,12 @@ class Gate:
         *,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         max_chars: int = DEFAULT_MAX_CHARS,
+        lexical: bool = True,
     ) -> Gate:
-        """A gate over the rules file at ``path`` (``None``: the shipped rules); raises RulesError."""
-        return cls(load_rules(path), timeout_ms=timeout_ms, max_chars=max_chars)
+        """A gate over the rules file at ``path`` (``None``: the shipped rules), with the shipped
+        lexical head unless ``lexical`` is False; raises RulesError (LexicalError for the head)."""
+        head = LexicalHead.load() if lexical else None
+        return cls(load_rules(path), timeout_ms=timeout_ms, max_chars=max_chars, lexical=head)
 
     def check(self, text: str) -> GateDecision:
         """Judge one question. Returns a decision; never raises for any string."""
@@ -111,6 +123,12 @@ class Gate:
             if self._hits(rule, normalized, spans, timed_out):
                 reply = self.rules.replies[rule.category].text(language)
                 return GateDecision(True, rule.id, rule.category, language, reply, tuple(timed_out))
+        if self.lexical is not None:
+            verdict = self.lexical.check(normalized)
+            if verdict.hit and verdict.category in self.rules.replies:
+                reply = self.rules.replies[verdict.category].text(language)
+                rule_id = f"lexical.{verdict.category}"
+                return GateDecision(True, rule_id, verdict.category, language, reply, tuple(timed_out))
         return GateDecision(False, None, None, language, None, tuple(timed_out))
 
     def _hits(self, rule: Rule, normalized: str, spans: list[tuple[int, int]], timed_out: list[str]) -> bool:

@@ -109,7 +109,9 @@ def build_answerer(runtime: Runtime) -> AnswerPipeline:
     per-request timeout from settings. A broken rules file or a model mismatch raises here, at start.
     """
     s = runtime.settings
-    gate = Gate.load(s.gate.rules_path, timeout_ms=s.gate.timeout_ms, max_chars=s.gate.max_chars)
+    gate = Gate.load(
+        s.gate.rules_path, timeout_ms=s.gate.timeout_ms, max_chars=s.gate.max_chars, lexical=s.gate.lexical
+    )
     retriever = build_retriever(
         s,
         connections=runtime.pool.connection,

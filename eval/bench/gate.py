@@ -19,6 +19,7 @@ the process waited for a core, the CPU time only the gate's own work.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -101,6 +102,32 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
+def profile(gate: Gate, texts: Sequence[str]) -> int:
+    """Each rule alone (and the lexical head alone) over ``texts``: mean CPU ms per question above
+    the normalisation every check pays, the costliest first; one run, so compare ratios only."""
+
+    def total(func: Callable[[str], object]) -> float:
+        start = time.thread_time()
+        for text in texts:
+            func(text)
+        return (time.thread_time() - start) * 1000 / len(texts)
+
+    base = total(Gate(dataclasses.replace(gate.rules, rules=())).check)
+    costs = [
+        (rule.id, total(Gate(dataclasses.replace(gate.rules, rules=(rule,))).check) - base)
+        for rule in gate.rules.rules
+    ]
+    if gate.lexical is not None:
+        head_only = Gate(dataclasses.replace(gate.rules, rules=()), lexical=gate.lexical)
+        costs.append(("(lexical head)", total(head_only.check) - base))
+    costs.sort(key=lambda c: -c[1])
+    print_table(["rule", "cpu ms / question"], [[name, round(ms, 4)] for name, ms in costs[:20]])
+    print(
+        f"normalisation and the rest of a check: {base:.4f} ms; the parts: {sum(c for _, c in costs):.4f} ms"
+    )
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.bench gate", description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=1000, help="forum questions to use (default 1000)")
@@ -108,9 +135,14 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--rules", type=Path, default=None, help="rules file (default: shipped rules)")
     parser.add_argument("--probes", type=Path, default=PROBES, help="probe file (JSON Lines with text)")
     parser.add_argument("--forum", type=Path, default=FORUM, help="Urho3D archive folder")
+    parser.add_argument(
+        "--profile", action="store_true", help="CPU per forum question of each rule, the head"
+    )
     args = parser.parse_args(list(argv))
 
     gate = Gate.load(args.rules)
+    if args.profile:
+        return profile(gate, forum_questions(args.forum, args.limit))
     sets = {"probes": probe_texts(args.probes), "forum": forum_questions(args.forum, args.limit)}
     rows: list[list[object]] = []
     figures: dict[str, object] = {"rules": len(gate.rules.rules)}

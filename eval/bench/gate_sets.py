@@ -3,7 +3,8 @@
 Each file is JSON Lines with ``text`` and ``expect`` (``block`` or ``pass``), optionally ``lang``
 (``fr``/``en``; else the gate's own detection is used). For every file it prints harmful blocked and
 benign blocked, by the rules alone, by the embedding layer alone, and by both together, overall and
-per language. The embedding layer needs the local embedder (``.[local]`` extra) and runs only with
+per language; the lexical head (``gate/lexical.py``, part of ``Gate.check``) is counted apart from
+the regex rules. The embedding layer needs the local embedder (``.[local]`` extra) and runs only with
 ``--intent``; without it the figures are the rules'.
 
 No decision is tuned here: the script only counts. ``--misses`` lists the harmful questions neither
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.bench.report import emit, print_table
-from gate import Gate, IntentLayer, detect_language
+from gate import Gate, IntentLayer, detect_language, normalize
 
 
 def load_set(path: Path) -> list[dict[str, Any]]:
@@ -33,16 +34,21 @@ def load_set(path: Path) -> list[dict[str, Any]]:
 def score(
     rows: Sequence[dict[str, Any]], gate: Gate, intent: IntentLayer | None, vectors: Sequence[Any] | None
 ) -> dict[str, Any]:
-    """Counts per layer and language; ``vectors`` are the rows' question embeddings (or None)."""
+    """Counts per layer and language; ``vectors`` are the rows' question embeddings (or None).
+
+    ``rules`` counts the regex rules alone, ``lexical`` the lexical head alone (``gate/lexical.py``),
+    ``intent`` the embedding layer alone, ``both_layers`` any of them (what the pipeline refuses)."""
     result: dict[str, Any] = {}
     decided = []
     for i, row in enumerate(rows):
-        rules_hit = gate.check(row["text"]).hit
+        decision = gate.check(row["text"])
+        rules_hit = decision.hit and not (decision.rule_id or "").startswith("lexical.")
+        lexical_hit = gate.lexical is not None and gate.lexical.check(normalize(row["text"])).hit
         intent_hit = False
         if intent is not None and vectors is not None:
             intent_hit = intent.check(vectors[i]).hit
         lang = row.get("lang") or detect_language(row["text"])
-        decided.append((row, lang, rules_hit, intent_hit))
+        decided.append((row, lang, rules_hit, intent_hit, lexical_hit, decision.hit or intent_hit))
     for lang in ("all", "en", "fr"):
         subset = [d for d in decided if lang == "all" or d[1] == lang]
         for expect, name in (("block", "harmful"), ("pass", "benign")):
@@ -50,17 +56,19 @@ def score(
             result[f"{lang}.{name}"] = {
                 "n": len(part),
                 "rules": sum(d[2] for d in part),
+                "lexical": sum(d[4] for d in part),
                 "intent": sum(d[3] for d in part),
-                "intent_only": sum(d[3] and not d[2] for d in part),
-                "both_layers": sum(d[2] or d[3] for d in part),
+                "lexical_only": sum(d[4] and not d[2] for d in part),
+                "intent_only": sum(d[3] and not (d[2] or d[4]) for d in part),
+                "both_layers": sum(d[5] for d in part),
             }
     result["misses"] = [
-        d[0].get("id", d[0]["text"][:60]) for d in decided if d[0]["expect"] == "block" and not (d[2] or d[3])
+        d[0].get("id", d[0]["text"][:60]) for d in decided if d[0]["expect"] == "block" and not d[5]
     ]
     result["false_blocks"] = [
-        {"id": d[0].get("id"), "rules": d[2], "intent": d[3]}
+        {"id": d[0].get("id"), "rules": d[2], "lexical": d[4], "intent": d[3]}
         for d in decided
-        if d[0]["expect"] == "pass" and (d[2] or d[3])
+        if d[0]["expect"] == "pass" and d[5]
     ]
     return result
 
@@ -104,9 +112,11 @@ def main(argv: Sequence[str]) -> int:
                     path.name,
                     lang,
                     f"{h['rules']}/{h['n']}",
+                    f"{h['lexical']}/{h['n']}",
                     f"{h['intent']}/{h['n']}" if intent else "-",
                     f"{h['both_layers']}/{h['n']} ({h['both_layers'] / max(1, h['n']):.0%})",
                     f"{b['rules']}/{b['n']}",
+                    f"{b['lexical']}/{b['n']}",
                     f"{b['intent']}/{b['n']}" if intent else "-",
                     f"{b['both_layers']}/{b['n']}",
                 ]
@@ -118,11 +128,13 @@ def main(argv: Sequence[str]) -> int:
         "set",
         "lang",
         "harm rules",
+        "harm lexical",
         "harm intent",
-        "harm both",
+        "harm all",
         "benign rules",
+        "benign lexical",
         "benign intent",
-        "benign both",
+        "benign all",
     ]
     print_table(headers, rows_out)
     if not args.no_save:

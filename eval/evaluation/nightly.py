@@ -166,7 +166,10 @@ def run_probes_configured(load: Any, run: Any) -> dict[str, Any]:
 
     settings = load_settings()
     gate = Gate.load(
-        settings.gate.rules_path, timeout_ms=settings.gate.timeout_ms, max_chars=settings.gate.max_chars
+        settings.gate.rules_path,
+        timeout_ms=settings.gate.timeout_ms,
+        max_chars=settings.gate.max_chars,
+        lexical=settings.gate.lexical,
     )
     with httpx.Client(timeout=settings.llm.timeout_s) as http:
         result: dict[str, Any] = run(load(), gate, chat_model_from(settings.llm, http))

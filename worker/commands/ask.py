@@ -44,7 +44,10 @@ def _ask(args: argparse.Namespace) -> int:
     out: dict[str, object] = {"question": args.question}
     if not args.no_gate:
         gate = Gate.load(
-            settings.gate.rules_path, timeout_ms=settings.gate.timeout_ms, max_chars=settings.gate.max_chars
+            settings.gate.rules_path,
+            timeout_ms=settings.gate.timeout_ms,
+            max_chars=settings.gate.max_chars,
+            lexical=settings.gate.lexical,
         )
         decision = gate.check(args.question)
         out["gate"] = {"hit": decision.hit, "rule": decision.rule_id, "category": decision.category}

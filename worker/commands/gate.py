@@ -50,7 +50,12 @@ def _check(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     path = args.rules if args.rules is not None else settings.gate.rules_path
     try:
-        gate = Gate.load(path, timeout_ms=settings.gate.timeout_ms, max_chars=settings.gate.max_chars)
+        gate = Gate.load(
+            path,
+            timeout_ms=settings.gate.timeout_ms,
+            max_chars=settings.gate.max_chars,
+            lexical=settings.gate.lexical,
+        )
     except RulesError as exc:
         raise ConfigError(f"invalid gate rules: {exc}") from None
     return run_check(gate, sys.stdin, sys.stdout, sys.stderr)

@@ -1,0 +1,183 @@
+"""The gate's lexical head: a linear model over the words of a clause, after the rules.
+
+The rules name fixed phrasings; this head weighs every word and word pair of a clause, so a
+request the rules' authors never wrote can still score as harmful from its vocabulary. It reads
+the rules' normalised text (``gate.normalize``), so the same tricks are undone first, and it reads
+French and English alike (no embedding model: its words are its features).
+
+What it holds (``gate/lexical.json``, written by ``python -m eval.bench gate_lexical train``):
+
+- ``weights``: a logistic regression's weight per feature and ``bias``; the score of a unit of
+  text is ``bias + sum of its features' weights`` (a logit), and the head hits at ``threshold`` or
+  above;
+- ``categories`` and ``category_weights``: a second linear model, fitted on the harmful lines only,
+  that names the category of a hit (the canned reply follows it);
+- ``info``: what it was fitted on and how the threshold was calibrated.
+
+Features of a unit (:func:`features`): each word, each word's first five letters, and the pairs of
+those beginnings at distance one and two (``make … bomb``), so inflections, one inserted word and
+French elisions (``l'heroine`` is ``l`` + ``heroine``) land on the same features. Units: each
+sentence, and each pair of consecutive sentences (a request split in two, "Pipe bombs. How do I
+make one?"); the score of a question is its highest unit's. Deterministic, pure Python: a few
+hundred dictionary look-ups per question.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+STEM = 5
+"""Letters of a word's beginning that count as its stem (``poisoning`` and ``poison``: ``poiso``)."""
+MAX_UNIT_WORDS = 80
+"""A unit is cut to its first words: a pasted log never makes a long unit."""
+
+_WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE = re.compile(r"[^.!?\n]+")
+
+
+class LexicalError(ValueError):
+    """The weights file is unusable."""
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalDecision:
+    """What the lexical head decided: ``score`` is the highest unit's logit, ``category`` the
+    category model's choice for that unit (set even below the threshold, for the trace)."""
+
+    hit: bool
+    category: str
+    score: float
+    threshold: float
+
+
+def features(unit: str) -> list[str]:
+    """The features of one unit of *normalised* text (see the module's docstring)."""
+    return _features(_words(unit))
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text) if len(w) > 1 or w.isdigit()]
+
+
+def _features(words: list[str]) -> list[str]:
+    words = words[:MAX_UNIT_WORDS]
+    stems = [w[:STEM] for w in words]
+    found = [f"w:{w}" for w in words]
+    found += [f"s:{s}" for w, s in zip(words, stems, strict=True) if len(w) > STEM]
+    found += [f"b:{a} {b}" for a, b in itertools.pairwise(stems)]
+    found += [f"g:{a} {b}" for a, b in zip(stems, stems[2:], strict=False)]
+    return found
+
+
+def units(normalized: str) -> list[str]:
+    """The units a question is scored on: each sentence, and each pair of consecutive sentences
+    (their words, joined by spaces; sentences without a word are skipped)."""
+    return [" ".join(words) for words in _unit_words(normalized)]
+
+
+def _unit_words(normalized: str) -> list[list[str]]:
+    sentences = [w for w in (_words(m.group()) for m in _SENTENCE.finditer(normalized)) if w]
+    return sentences + [a + b for a, b in itertools.pairwise(sentences)]
+
+
+class LexicalHead:
+    """A logistic regression over word features, and a category model for its hits."""
+
+    def __init__(
+        self,
+        *,
+        weights: Mapping[str, float],
+        bias: float,
+        threshold: float,
+        categories: Sequence[str],
+        category_weights: Mapping[str, Sequence[float]],
+        category_bias: Sequence[float],
+        info: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not categories:
+            raise LexicalError("no categories")
+        if len(category_bias) != len(categories):
+            raise LexicalError("category_bias does not have one value per category")
+        for name, row in category_weights.items():
+            if len(row) != len(categories):
+                raise LexicalError(f"category_weights[{name!r}] does not have one value per category")
+        self.weights = dict(weights)
+        self.bias = float(bias)
+        self.threshold = float(threshold)
+        self.categories = tuple(categories)
+        self.category_weights = {name: tuple(float(v) for v in row) for name, row in category_weights.items()}
+        self.category_bias = tuple(float(v) for v in category_bias)
+        self.info = dict(info or {})
+
+    def score(self, feats: Iterable[str]) -> float:
+        """The logit of one unit's features (each distinct feature counts once)."""
+        get = self.weights.get
+        return self.bias + sum(get(f, 0.0) for f in set(feats))
+
+    def category(self, feats: Iterable[str]) -> str:
+        totals = list(self.category_bias)
+        for f in set(feats):
+            row = self.category_weights.get(f)
+            if row is not None:
+                totals = [t + v for t, v in zip(totals, row, strict=True)]
+        return self.categories[max(range(len(totals)), key=totals.__getitem__)]
+
+    def check(self, normalized: str) -> LexicalDecision:
+        """Judge one question, already normalised (``gate.normalize.normalize``)."""
+        best, best_feats = float("-inf"), []
+        for words in _unit_words(normalized):  # each sentence's words read once
+            feats = _features(words)
+            value = self.score(feats)
+            if value > best:
+                best, best_feats = value, feats
+        if not best_feats:
+            return LexicalDecision(False, self.categories[0], self.bias, self.threshold)
+        return LexicalDecision(best >= self.threshold, self.category(best_feats), best, self.threshold)
+
+    @classmethod
+    def load(cls, path: Path | str | None = None) -> LexicalHead:
+        """The head in ``path`` (``None``: the shipped ``gate/lexical.json``); LexicalError if unusable."""
+        try:
+            if path is None:
+                text = resources.files("gate").joinpath("lexical.json").read_text(encoding="utf-8")
+            else:
+                text = Path(path).read_text(encoding="utf-8")
+            data = json.loads(text)
+        except (OSError, ValueError) as exc:
+            raise LexicalError(f"{path or 'gate/lexical.json'}: {exc}") from exc
+        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+            raise LexicalError(f"{path or 'gate/lexical.json'}: not a version {FORMAT_VERSION} lexical head")
+        try:
+            return cls(
+                weights=data["weights"],
+                bias=data["bias"],
+                threshold=data["threshold"],
+                categories=data["categories"],
+                category_weights=data["category_weights"],
+                category_bias=data["category_bias"],
+                info=data.get("info"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise LexicalError(f"{path or 'gate/lexical.json'}: missing or malformed {exc}") from exc
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "bias": round(self.bias, 5),
+            "threshold": round(self.threshold, 5),
+            "categories": list(self.categories),
+            "category_bias": [round(v, 4) for v in self.category_bias],
+            "info": self.info,
+            "weights": {k: round(v, 4) for k, v in sorted(self.weights.items())},
+            "category_weights": {
+                k: [round(v, 2) for v in row] for k, row in sorted(self.category_weights.items())
+            },
+        }

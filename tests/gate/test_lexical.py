@@ -1,0 +1,114 @@
+"""The lexical head (gate/lexical.py): features, units, the decision, its file, and its place in Gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.bench.gate import FORUM, forum_questions
+from gate import Gate, normalize, parse_rules
+from gate.lexical import LexicalError, LexicalHead, features, units
+
+RULES = """
+version = 1
+[[rules]]
+id = "weapons.test"
+category = "weapons"
+language = "en"
+patterns = ['''\\bpipe bomb\\b''']
+[replies.weapons]
+en = "No weapons."
+fr = "Pas d'armes."
+[replies.drugs]
+en = "No drugs."
+fr = "Pas de drogues."
+"""
+
+
+def small(threshold: float = 1.0) -> LexicalHead:
+    return LexicalHead(
+        weights={"s:poiso": 1.5, "w:cat": 0.5, "w:unity": -2.0, "b:make bomb": 2.0, "g:make bomb": 2.0},
+        bias=-1.0,
+        threshold=threshold,
+        categories=["drugs", "weapons"],
+        category_weights={"b:make bomb": [0.0, 1.0], "g:make bomb": [0.0, 1.0], "s:poiso": [1.0, 0.0]},
+        category_bias=[0.0, 0.0],
+    )
+
+
+def test_features_share_stems_across_inflections_and_pairs_across_one_inserted_word() -> None:
+    assert "s:poiso" in features("poisoning")
+    assert "s:poiso" in features("poisoned")
+    assert "g:make bomb" in features(normalize("make a big bomb"))
+    assert "b:make bomb" in features("make bomb")
+    # French elision: "l'heroine" is the word "heroine" (single letters are no feature).
+    assert features(normalize("acheter de l'héroïne")) == features("acheter de heroine")
+
+
+def test_units_are_sentences_and_pairs_of_consecutive_sentences() -> None:
+    assert units("pipe bombs. how do i make one?") == [
+        "pipe bombs",
+        "how do make one",
+        "pipe bombs how do make one",
+    ]
+    assert units("...") == []
+
+
+def test_the_best_unit_decides_and_names_the_category() -> None:
+    head = small()
+    assert not head.check("hello").hit
+    decision = head.check("i use unity. how do i make a bomb")
+    assert decision.hit
+    assert decision.category == "weapons"
+    # The tech sentence alone scores low, the request alone high: the question scores its best unit.
+    assert decision.score == pytest.approx(-1.0 + 2.0)
+    assert head.check("poisoning the cat").category == "drugs"
+    assert not head.check("").hit
+
+
+def test_a_head_file_round_trips_and_a_broken_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "head.json"
+    path.write_text(json.dumps(small().to_json()), encoding="utf-8")
+    assert LexicalHead.load(path).check("make a bomb").hit
+    path.write_text(json.dumps({"version": 99}), encoding="utf-8")
+    with pytest.raises(LexicalError, match="version"):
+        LexicalHead.load(path)
+    data = small().to_json()
+    del data["weights"]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(LexicalError, match="weights"):
+        LexicalHead.load(path)
+    with pytest.raises(LexicalError, match="one value per category"):
+        LexicalHead(
+            weights={},
+            bias=0,
+            threshold=0,
+            categories=["a", "b"],
+            category_weights={"x": [1.0]},
+            category_bias=[0, 0],
+        )
+    with pytest.raises(LexicalError):
+        LexicalHead.load(tmp_path / "missing.json")
+
+
+def test_the_gate_asks_the_head_only_when_no_rule_hits() -> None:
+    gate = Gate(parse_rules(RULES, source="t"), lexical=small())
+    assert gate.check("how to make a pipe bomb").rule_id == "weapons.test"
+    decision = gate.check("how do I make a real bomb")
+    assert (decision.rule_id, decision.category, decision.reply) == (
+        "lexical.weapons",
+        "weapons",
+        "No weapons.",
+    )
+    assert not Gate(parse_rules(RULES, source="t")).check("how do I make a real bomb").hit
+    assert Gate.load().lexical is not None
+    assert Gate.load(lexical=False).lexical is None
+
+
+def test_the_shipped_head_blocks_no_forum_question() -> None:
+    head = Gate.load().lexical
+    assert head is not None
+    hits = [q[:80] for q in forum_questions(FORUM, 1000) if head.check(normalize(q)).hit]
+    assert hits == []
