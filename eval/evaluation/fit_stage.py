@@ -224,7 +224,9 @@ def hits_at(data: Collected, model: StageModel, k: int = 5) -> dict[str, float]:
         order = rows[np.argsort(-scores[rows], kind="stable")]
         post_hits += bool(data.y[order[:k]].any())
         topic_hits += _topic_rank(data, order) < k
-    return {"post_hit@5": round(post_hits / n, 4) if n else 0.0, "topic_hit@5": round(topic_hits / n, 4)}
+    if not n:
+        return {"post_hit@5": 0.0, "topic_hit@5": 0.0}
+    return {"post_hit@5": round(post_hits / n, 4), "topic_hit@5": round(topic_hits / n, 4)}
 
 
 def _topic_rank(data: Collected, order: np.ndarray) -> int:

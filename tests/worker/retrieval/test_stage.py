@@ -94,6 +94,15 @@ def test_weights_file_round_trip_and_a_missing_model_set_names_the_fit_command(t
 def test_shipped_weights_cover_the_shipped_embedder() -> None:
     sets = read_weights()["model_sets"]
     assert model_set_id("sentence-transformers/all-MiniLM-L6-v2") in sets
+    with_second = model_set_id(
+        "sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"
+    )
+    assert (
+        with_second
+        == "sentence-transformers/all-MiniLM-L6-v2+lexical-en+sentence-transformers/all-mpnet-base-v2"
+    )
+    assert load_model(with_second).uses_excerpt
+    assert not load_model(model_set_id("sentence-transformers/all-MiniLM-L6-v2")).uses_excerpt
 
 
 def test_logistic_regression_recovers_the_direction() -> None:
