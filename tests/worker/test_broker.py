@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import dramatiq
 import pytest
 import redis as redis_lib
+import redis.asyncio as aredis_lib
 
 from eval.stack.redis import RedisServer
 from tests.conftest import REDIS_NAMESPACE, make_settings
-from worker.broker import build_broker
+from worker.broker import CitebotRedisBroker, build_broker
+from worker.redis_batch import RedisBatcher
 
 pytestmark = pytest.mark.integration
 
@@ -81,8 +85,30 @@ def test_pipelined_sends_leave_together_and_a_real_worker_runs_them(redis_url: s
     assert sorted(seen) == [("question", 7), ("refresh", 7)]
 
 
-def test_pipelined_sends_survive_a_lost_script_cache(tmp_path: Path) -> None:
-    """A Redis restart (or SCRIPT FLUSH) empties its script cache: the batch loads it and goes out."""
+def _send_collected(broker: CitebotRedisBroker, url: str, send: Callable[[], None]) -> None:
+    """The webhook's way: the block's enqueues collected, then sent by a ``RedisBatcher``."""
+
+    async def run() -> None:
+        client = aredis_lib.Redis.from_url(url)
+        with broker.collected() as commands:
+            send()
+        await RedisBatcher(client, turns=1, wait_s=5.0).run(commands)
+        await client.aclose()
+
+    asyncio.run(run())
+
+
+def _send_pipelined(broker: CitebotRedisBroker, url: str, send: Callable[[], None]) -> None:
+    with broker.pipelined():
+        send()
+
+
+@pytest.mark.parametrize("how", [_send_pipelined, _send_collected], ids=["pipelined", "collected"])
+def test_batched_sends_survive_a_lost_script_cache(
+    tmp_path: Path, how: Callable[[CitebotRedisBroker, str, Callable[[], None]], None]
+) -> None:
+    """A Redis restart (or SCRIPT FLUSH) empties its script cache: the batch loads it and goes out,
+    sent on the broker's own client (``pipelined``) or the webhook's way (issue 18: ``collected``)."""
     server = RedisServer(tmp_path / "redis")
     url = server.start()
     try:
@@ -96,9 +122,12 @@ def test_pipelined_sends_survive_a_lost_script_cache(tmp_path: Path) -> None:
         record.send(1)  # loads the script the ordinary way
         client = redis_lib.Redis.from_url(url)
         client.script_flush()
-        with broker.pipelined():
+
+        def two() -> None:
             record.send(2)
             record.send(3)
+
+        how(broker, url, two)
         assert client.llen(f"{REDIS_NAMESPACE}-tasks:flushed") == 3
         try:
             _consume(broker, "flushed")

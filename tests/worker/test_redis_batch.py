@@ -4,17 +4,14 @@ errors, and the webhook app's enqueues leave on its asyncio client with nothing 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
-import dramatiq
 import httpx
 import pytest
 import redis as redis_lib
 import redis.asyncio as aredis_lib
 from redis.exceptions import ResponseError
 
-from eval.stack.redis import RedisServer
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.worker.webhook_support import SECRET, encode, headers, post_payload
 from worker.actors import INDEX_QUEUE, QUESTIONS_QUEUE, DramatiqIntake, declare_actors, enqueue_only
@@ -123,42 +120,3 @@ def test_concurrent_deliveries_share_round_trips_and_none_is_lost(redis_url: str
     assert r.llen(f"{REDIS_NAMESPACE}-tasks:{QUESTIONS_QUEUE}") == 40
     assert r.llen(f"{REDIS_NAMESPACE}-tasks:{INDEX_QUEUE}") == 40
     assert client.pipelines <= 20, f"{client.pipelines} round trips for 40 deliveries"
-
-
-def test_collected_enqueues_survive_a_lost_script_cache(tmp_path: Path) -> None:
-    """Redis restarted (or SCRIPT FLUSH): the batcher loads dramatiq's script and the messages go out,
-    and a real dramatiq Worker runs them."""
-    server = RedisServer(tmp_path / "redis")
-    url = server.start()
-    try:
-        broker = build_broker(make_settings("postgresql://x@127.0.0.1/x", url).redis)
-        seen: list[int] = []
-
-        @dramatiq.actor(broker=broker, queue_name="flushed", max_retries=0)
-        def record(post_id: int) -> None:
-            seen.append(post_id)
-
-        record.send(1)  # loads the script the ordinary way
-        redis_lib.Redis.from_url(url).script_flush()
-
-        async def run() -> None:
-            client = aredis_lib.Redis.from_url(url)
-            with broker.collected() as commands:
-                record.send(2)
-                record.send(3)
-            await RedisBatcher(client, turns=1, wait_s=5.0).run(commands)
-            await client.aclose()
-
-        asyncio.run(run())
-        assert redis_lib.Redis.from_url(url).llen(f"{REDIS_NAMESPACE}-tasks:flushed") == 3
-        worker = dramatiq.Worker(broker, worker_timeout=100, worker_threads=2)
-        worker.start()
-        try:
-            broker.join("flushed", timeout=10_000)
-            worker.join()
-        finally:
-            worker.stop()
-            broker.close()
-        assert sorted(seen) == [1, 2, 3]
-    finally:
-        server.stop()
