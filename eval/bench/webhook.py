@@ -305,13 +305,16 @@ def run_load(
     request costs much less. The generator's own CPU per request is reported too (``client_cpu_us``):
     on 2 cores it competes with the server and Redis, so a heavy one lowers the figure."""
     cpu_before = cpu_seconds(pids)
+    redis_before = cpu_seconds(pids[1:])  # the server first, then Redis (when it is the bench's own)
     own_before = time.process_time()
     elapsed, latencies, statuses = _run(CLIENTS[client](port, requests, concurrency), client)
     own = time.process_time() - own_before
     cpu = cpu_seconds(pids) - cpu_before
+    redis_cpu = cpu_seconds(pids[1:]) - redis_before
     ordered = sorted(latencies)
     return {
         "cpu_us": 1e6 * cpu / max(1, len(latencies)),
+        "redis_cpu_us": 1e6 * redis_cpu / max(1, len(latencies)),
         "client_cpu_us": 1e6 * own / max(1, len(latencies)),
         "requests": len(latencies),
         "ok": sum(1 for s in statuses if s == 200),
@@ -468,12 +471,23 @@ def main(argv: Sequence[str]) -> int:
             m["p99_ms"],
             m["max_ms"],
             m["cpu_us"] or "-",
+            m["redis_cpu_us"] or "-",
             m["client_cpu_us"],
         ]
         for name, m in phases
     ]
     print_table(
-        ["route", "requests", "req/s", "p50 ms", "p99 ms", "max ms", "server+redis CPU µs", "client CPU µs"],
+        [
+            "route",
+            "requests",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "server+redis CPU µs",
+            "of it redis µs",
+            "client CPU µs",
+        ],
         rows,
     )
     ratio = measured["rps"] / reference["rps"]
@@ -498,6 +512,7 @@ def main(argv: Sequence[str]) -> int:
         "healthz_per_s": round(reference["rps"], 1),
         "server_cpu_us_per_delivery": round(measured["cpu_us"], 1),
         "server_cpu_us_per_healthz": round(reference["cpu_us"], 1),
+        "redis_cpu_us_per_delivery": round(measured["redis_cpu_us"], 1),
         "client": clients[0],
         "client_cpu_us_per_delivery": round(measured["client_cpu_us"], 1),
         "by_client": {
@@ -507,6 +522,7 @@ def main(argv: Sequence[str]) -> int:
                 "ack_p99_ms": round(new["p99_ms"], 2),
                 "healthz_per_s": round(ref["rps"], 1),
                 "server_cpu_us_per_delivery": round(new["cpu_us"], 1),
+                "redis_cpu_us_per_delivery": round(new["redis_cpu_us"], 1),
                 "client_cpu_us_per_delivery": round(new["client_cpu_us"], 1),
             }
             for client, (new, ref) in by_client.items()
