@@ -50,10 +50,10 @@ class LexicalError(ValueError):
 @dataclass(frozen=True, slots=True)
 class LexicalDecision:
     """What the lexical head decided: ``score`` is the highest unit's logit, ``category`` the
-    category model's choice for that unit (set even below the threshold, for the trace)."""
+    category model's choice for that unit (only for a hit: None below the threshold)."""
 
     hit: bool
-    category: str
+    category: str | None
     score: float
     threshold: float
 
@@ -75,6 +75,14 @@ def _features(words: list[str]) -> list[str]:
     found += [f"b:{a} {b}" for a, b in itertools.pairwise(stems)]
     found += [f"g:{a} {b}" for a, b in zip(stems, stems[2:], strict=False)]
     return found
+
+
+def _feature_sets(words: list[str]) -> list[set[Any]]:
+    """:func:`_features` as four sets (words, stems, stem pairs at distance one, at distance two)."""
+    words = words[:MAX_UNIT_WORDS]
+    stems = [w[:STEM] for w in words]
+    long_stems = {s for w, s in zip(words, stems, strict=True) if len(w) > STEM}
+    return [set(words), long_stems, set(itertools.pairwise(stems)), set(zip(stems, stems[2:], strict=False))]
 
 
 def units(normalized: str) -> list[str]:
@@ -110,6 +118,16 @@ class LexicalHead:
             if len(row) != len(categories):
                 raise LexicalError(f"category_weights[{name!r}] does not have one value per category")
         self.weights = dict(weights)
+        self._known = frozenset(self.weights)
+        # The same weights keyed by kind for check(): words, stems, and stem pairs as tuples, so that
+        # a question's features are sets built by C loops, never strings.
+        self._by_kind: dict[str, dict[Any, float]] = {"w": {}, "s": {}, "b": {}, "g": {}}
+        for name, value in self.weights.items():
+            kind, _, rest = name.partition(":")
+            key: Any = tuple(rest.split(" ")) if kind in ("b", "g") else rest
+            if kind in self._by_kind:
+                self._by_kind[kind][key] = value
+        self._kinds = [(self._by_kind[k], frozenset(self._by_kind[k])) for k in ("w", "s", "b", "g")]
         self.bias = float(bias)
         self.threshold = float(threshold)
         self.categories = tuple(categories)
@@ -119,8 +137,7 @@ class LexicalHead:
 
     def score(self, feats: Iterable[str]) -> float:
         """The logit of one unit's features (each distinct feature counts once)."""
-        get = self.weights.get
-        return self.bias + sum(get(f, 0.0) for f in set(feats))
+        return self.bias + sum(map(self.weights.__getitem__, self._known.intersection(feats)))
 
     def category(self, feats: Iterable[str]) -> str:
         totals = list(self.category_bias)
@@ -131,16 +148,56 @@ class LexicalHead:
         return self.categories[max(range(len(totals)), key=totals.__getitem__)]
 
     def check(self, normalized: str) -> LexicalDecision:
-        """Judge one question, already normalised (``gate.normalize.normalize``)."""
-        best, best_feats = float("-inf"), []
-        for words in _unit_words(normalized):  # each sentence's words read once
-            feats = _features(words)
-            value = self.score(feats)
-            if value > best:
-                best, best_feats = value, feats
-        if not best_feats:
-            return LexicalDecision(False, self.categories[0], self.bias, self.threshold)
-        return LexicalDecision(best >= self.threshold, self.category(best_feats), best, self.threshold)
+        """Judge one question, already normalised (``gate.normalize.normalize``).
+
+        The same scores as :meth:`score` over the :func:`features` of every unit of :func:`units`,
+        computed faster: each sentence's known features once, as sets per kind; a pair's score is its
+        two sentences' minus the features they share plus the stem pairs across their boundary. The
+        category is read only for a hit, from the best unit's features."""
+        sentences = [w for w in (_words(m.group()) for m in _SENTENCE.finditer(normalized)) if w]
+        if not sentences:
+            return LexicalDecision(False, None, self.bias, self.threshold)
+        known: list[list[set[Any]]] = []
+        scores: list[float] = []
+        for words in sentences:
+            found = [sets & keys for (_, keys), sets in zip(self._kinds, _feature_sets(words), strict=True)]
+            known.append(found)
+            scores.append(self.bias + self._sum(found))
+        best = max(range(len(scores)), key=scores.__getitem__)
+        best_value, best_words = scores[best], sentences[best]
+        (_, _), (_, _), (pairs, _), (skips, _) = self._kinds
+        for i in range(len(sentences) - 1):
+            a, b = sentences[i], sentences[i + 1]
+            if len(a) + len(b) > MAX_UNIT_WORDS:
+                value = self.score(_features(a + b))
+            else:
+                ka, kb = known[i], known[i + 1]
+                value = (
+                    scores[i]
+                    + scores[i + 1]
+                    - self.bias
+                    - self._sum([x & y for x, y in zip(ka, kb, strict=True)])
+                )
+                left, right = [w[:STEM] for w in a[-2:]], [w[:STEM] for w in b[:2]]
+                across = [(2, (left[-1], right[0]))]
+                if len(left) == 2:
+                    across.append((3, (left[0], right[0])))
+                if len(right) == 2:
+                    across.append((3, (left[-1], right[1])))
+                for kind, key in set(across):
+                    table = pairs if kind == 2 else skips
+                    if key in table and key not in ka[kind] and key not in kb[kind]:
+                        value += table[key]
+            if value > best_value:
+                best_value, best_words = value, a + b
+        if best_value < self.threshold:
+            return LexicalDecision(False, None, best_value, self.threshold)
+        return LexicalDecision(True, self.category(_features(best_words)), best_value, self.threshold)
+
+    def _sum(self, found: list[set[Any]]) -> float:
+        return sum(
+            sum(map(table.__getitem__, part)) for (table, _), part in zip(self._kinds, found, strict=True)
+        )
 
     @classmethod
     def load(cls, path: Path | str | None = None) -> LexicalHead:

@@ -125,10 +125,10 @@ class Gate:
                 return GateDecision(True, rule.id, rule.category, language, reply, tuple(timed_out))
         if self.lexical is not None:
             verdict = self.lexical.check(normalized)
-            if verdict.hit and verdict.category in self.rules.replies:
-                reply = self.rules.replies[verdict.category].text(language)
-                rule_id = f"lexical.{verdict.category}"
-                return GateDecision(True, rule_id, verdict.category, language, reply, tuple(timed_out))
+            category = verdict.category
+            if verdict.hit and category is not None and category in self.rules.replies:
+                reply = self.rules.replies[category].text(language)
+                return GateDecision(True, f"lexical.{category}", category, language, reply, tuple(timed_out))
         return GateDecision(False, None, None, language, None, tuple(timed_out))
 
     def _hits(self, rule: Rule, normalized: str, spans: list[tuple[int, int]], timed_out: list[str]) -> bool:

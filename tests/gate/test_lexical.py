@@ -112,3 +112,16 @@ def test_the_shipped_head_blocks_no_forum_question() -> None:
     assert head is not None
     hits = [q[:80] for q in forum_questions(FORUM, 1000) if head.check(normalize(q)).hit]
     assert hits == []
+
+
+def test_check_scores_the_best_unit_as_units_and_features_define_it() -> None:
+    # check() builds each sentence's features once and joins them for the pairs: the same scores as
+    # scoring every unit of units() from scratch (the trainer's definition).
+    head = Gate.load().lexical
+    assert head is not None
+    long_pair = "make bomb " * 50 + ". pipe now " * 30 + "make bomb " * 60  # a pair over MAX_UNIT_WORDS
+    texts = [*forum_questions(FORUM, 300), "a. b c. pipe bombs. how do i make one?", long_pair]
+    for text in texts:
+        normalized = normalize(text)
+        expected = max((head.score(features(u)) for u in units(normalized)), default=head.bias)
+        assert head.check(normalized).score == pytest.approx(expected, abs=1e-9), text[:80]
