@@ -66,7 +66,10 @@ def build_retriever(
     TEI reranker when ``settings.reranker.base_url`` is set, and the second bi-encoder with its column
     when ``settings.excerpt_embeddings.model`` is set.
 
-    Raises ``IndexMismatchError`` when the embedder's model or dimension is not the configured one.
+    Raises ``IndexMismatchError`` when the embedder's model or dimension is not the configured one, or
+    when the index (``index_meta``) holds another model's vectors or another vector index kind: the
+    index is checked here, once, so that a misconfigured process fails as it is assembled and no
+    question reads ``index_meta``.
     """
     embedder = embedder or build_embedder(settings, http)
     if reranker is None and settings.reranker.base_url:
@@ -77,6 +80,7 @@ def build_retriever(
         model=settings.embeddings.model,
         dimension=settings.embeddings.dimension,
     )
+    index.check()
     terms = TermSelector(settings.retrieval.keyword_max_terms, stats=PostgresTermStats(connections))
     lexical = PostgresLexicalIndex(connections)
     cfg = settings.excerpt_embeddings

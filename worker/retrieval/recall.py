@@ -157,8 +157,6 @@ class PostgresPostIndex:
         self._settings = settings
         self._model = model
         self._dimension = dimension
-        self._checked = False
-        self._check_lock = threading.Lock()
         self._recall_sql = recall_sql(settings.vector_index, dimension)
 
     @property
@@ -181,22 +179,20 @@ class PostgresPostIndex:
             ) from exc
 
     def check(self) -> None:
-        """Compare the index's model and dimension with ours once per instance; raise IndexMismatchError."""
-        if self._checked:
-            return
-        with self._check_lock:
-            if self._checked:
-                return
-            with self._transaction() as conn:
-                meta = check_index_meta(conn, self._model, self._dimension)
-            if meta.vector_index != self._settings.vector_index:
-                raise IndexMismatchError(
-                    f"the post index carries a {meta.vector_index} vector index (index_meta), but "
-                    f"CITEBOT_RETRIEVAL__VECTOR_INDEX is {self._settings.vector_index}: run `citebot db "
-                    "migrate` to build that one, or set the variable back",
-                    service="postgres",
-                )
-            self._checked = True
+        """Compare the index's model, dimension and vector index kind with ours; raise IndexMismatchError.
+
+        Run once, when the retriever is built (``worker.retrieval.factory.build_retriever``, at the
+        composition root): a misconfigured process fails at its start, and no question reads
+        ``index_meta``."""
+        with self._transaction() as conn:
+            meta = check_index_meta(conn, self._model, self._dimension)
+        if meta.vector_index != self._settings.vector_index:
+            raise IndexMismatchError(
+                f"the post index carries a {meta.vector_index} vector index (index_meta), but "
+                f"CITEBOT_RETRIEVAL__VECTOR_INDEX is {self._settings.vector_index}: run `citebot db "
+                "migrate` to build that one, or set the variable back",
+                service="postgres",
+            )
 
     def recall(
         self, vector: Sequence[float], k: int, exclude_post_ids: Sequence[int] = ()
@@ -206,7 +202,6 @@ class PostgresPostIndex:
                 f"query vector has {len(vector)} dimensions, CITEBOT_EMBEDDINGS__DIMENSION {self._dimension}",
                 service="postgres",
             )
-        self.check()
         knobs, params = recall_params(self._settings, vector, k, exclude_post_ids)
         with self._transaction() as conn:
             conn.execute(_SETTINGS_SQL, knobs)
@@ -223,7 +218,6 @@ class PostgresPostIndex:
             raise IndexMismatchError(
                 f"query vector has {len(vector)} dimensions, the index {self._dimension}", service="postgres"
             )
-        self.check()
         params = {"q": HalfVector(np.asarray(vector, dtype=np.float32)), "ids": list(post_ids)}
         with self._transaction() as conn:
             rows = conn.execute(COSINES_SQL, params).fetchall()

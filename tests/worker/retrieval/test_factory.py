@@ -60,3 +60,22 @@ def test_reranker_from_settings_and_model_check(db_url: str) -> None:
                 keyword=None,
                 embedder=FakeEmbedder(model="another-model"),
             )
+
+
+def test_the_index_is_checked_as_the_retriever_is_built(db_url: str) -> None:
+    """A process configured for another model or vector index kind than the index's fails as it is
+    assembled, not at its first question: no question reads index_meta."""
+    settings = make_settings(db_url, "redis://127.0.0.1:1/0")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for model, kind, message in [
+            ("changed-since", "halfvec", "changed-since"),
+            ("test-model", "binary", "binary vector index"),
+        ]:
+            conn.execute("UPDATE index_meta SET model = %s, vector_index = %s", (model, kind))
+            with pytest.raises(IndexMismatchError, match=message):
+                build_retriever(
+                    settings,
+                    connections=single_connection(conn),
+                    keyword=None,
+                    embedder=FakeEmbedder(model="test-model"),
+                )

@@ -169,7 +169,7 @@ def test_a_process_configured_for_the_other_kind_fails_loudly(
             dimension=DIM,  # type: ignore[call-arg]
         )
         with pytest.raises(IndexMismatchError, match="binary vector index"):
-            halfvec.recall(_query(0), 5)
+            halfvec.check()
 
 
 def test_the_backfill_rebuilds_the_recorded_kind(binary_db: tuple[str, np.ndarray, np.ndarray]) -> None:

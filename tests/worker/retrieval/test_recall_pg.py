@@ -143,7 +143,7 @@ def test_another_models_vectors_fail_loudly(conn: psycopg.Connection) -> None:
         dimension=8,
     )
     with pytest.raises(IndexMismatchError, match="other-model"):
-        wrong_model.recall(angle_vector(0), 1)
+        wrong_model.check()
     with pytest.raises(IndexMismatchError, match="3 dimensions"):
         index_over(conn).recall([1.0, 0.0, 0.0], 1)
 
