@@ -1,12 +1,14 @@
 """Frozen value types that travel between the stages of the pipeline.
 
-Clients return these (never raw JSON); the pipeline, backfill and eval consume them.
+Clients return these (never raw JSON); the pipeline, backfill and eval consume them. The one reading of
+Discourse's post JSON is ``ForumPost.from_json``, shared by the REST client and the webhook.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Zone = Literal["abstain", "weak", "normal"]
 EmbedKind = Literal["query", "passage"]
@@ -35,6 +37,34 @@ class ForumPost:
     archetype: str = "regular"
     created_at: str | None = None
     updated_at: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, topic: Mapping[str, Any] | None = None) -> ForumPost:
+        """The post in Discourse's post JSON (``/posts/{id}.json``, a stream entry of ``topic``, or a
+        webhook payload): the one mapping, pure (no I/O), used by the REST client and the webhook."""
+        reply_to_user = data.get("reply_to_user") or {}
+        topic = topic or {}
+        return cls(
+            id=int(data["id"]),
+            topic_id=int(data.get("topic_id") or topic.get("id") or 0),
+            post_number=int(data.get("post_number") or 0),
+            username=str(data.get("username") or ""),
+            user_id=int(data.get("user_id") or 0),
+            cooked=str(data.get("cooked") or ""),
+            raw=data.get("raw") if isinstance(data.get("raw"), str) else None,
+            post_type=int(data.get("post_type") or 1),
+            reply_to_post_number=optional_int(data.get("reply_to_post_number")),
+            reply_to_username=reply_to_user.get("username") if isinstance(reply_to_user, Mapping) else None,
+            version=int(data.get("version") or 1),
+            hidden=bool(data.get("hidden", False)),
+            deleted=data.get("deleted_at") is not None or bool(data.get("user_deleted", False)),
+            topic_slug=str(data.get("topic_slug") or topic.get("slug") or ""),
+            topic_title=str(data.get("topic_title") or topic.get("title") or ""),
+            category_id=optional_int(data.get("category_id", topic.get("category_id"))),
+            archetype=str(data.get("topic_archetype") or topic.get("archetype") or "regular"),
+            created_at=data.get("created_at"),
+            updated_at=data.get("updated_at"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,3 +190,13 @@ class Completion:
     model: str
     usage: Usage = field(default_factory=Usage)
     offline: bool = False
+
+
+def optional_int(value: object) -> int | None:
+    """A JSON field read as an int: None when absent, a boolean, or not a number."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)  # type: ignore[call-overload, no-any-return]
+    except (TypeError, ValueError):
+        return None

@@ -44,7 +44,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from worker.addressing import BotIdentity, Decision, decide
-from worker.clients.discourse import parse_post
 from worker.dedupe import delivery_key, question_key
 from worker.domain import ForumPost
 from worker.redis_batch import NoTurnError, RedisBatcher, RedisCommand
@@ -116,7 +115,7 @@ class WebhookPost(BaseModel):
 
     def to_domain(self) -> ForumPost:
         """The validated payload as a ``ForumPost``, by the one mapping of Discourse's post JSON."""
-        return parse_post(self.model_dump())
+        return ForumPost.from_json(self.model_dump())
 
 
 class PostEnvelope(BaseModel):

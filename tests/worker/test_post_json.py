@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from worker.clients.discourse import parse_post
+import ast
+from pathlib import Path
+
+from worker import webhook
+from worker.domain import ForumPost
 from worker.webhook import WebhookPost
 
 POST = {
@@ -26,7 +30,7 @@ POST = {
 
 def test_webhook_payload_and_rest_json_give_the_same_post() -> None:
     from_webhook = WebhookPost.model_validate(POST).to_domain()
-    assert from_webhook == parse_post(POST)
+    assert from_webhook == ForumPost.from_json(POST)
     assert (from_webhook.reply_to_username, from_webhook.version, from_webhook.deleted) == (
         "citebot",
         2,
@@ -37,4 +41,12 @@ def test_webhook_payload_and_rest_json_give_the_same_post() -> None:
 def test_a_deleted_post_is_deleted_either_way() -> None:
     gone = {**POST, "user_deleted": True}
     assert WebhookPost.model_validate(gone).to_domain().deleted
-    assert parse_post(gone).deleted
+    assert ForumPost.from_json(gone).deleted
+
+
+def test_the_webhook_reads_a_payload_without_the_rest_client() -> None:
+    """The one parser belongs to the type it builds: the webhook does not import the Discourse client."""
+    tree = ast.parse(Path(webhook.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "worker.clients.discourse" not in imported

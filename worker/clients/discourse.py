@@ -23,7 +23,7 @@ import httpx
 
 from worker.budget import ApiBudget, Priority
 from worker.clients import http as outbound
-from worker.domain import ForumPost, ForumTopic, Notification, PendingPost, SearchHit
+from worker.domain import ForumPost, ForumTopic, Notification, PendingPost, SearchHit, optional_int
 from worker.errors import CitebotError, PermanentError, RateLimitedError
 from worker.settings import DiscourseSettings
 
@@ -73,13 +73,13 @@ class DiscourseClient:
 
     def get_post(self, post_id: int) -> ForumPost:
         """``GET /posts/{id}.json``: one post, with its ``raw`` Markdown."""
-        return parse_post(self._request("GET", f"/posts/{int(post_id)}.json"))
+        return ForumPost.from_json(self._request("GET", f"/posts/{int(post_id)}.json"))
 
     def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
         """``GET /t/{id}.json``; with ``all_posts`` the rest of the stream is fetched 20 ids at a time."""
         data = self._request("GET", f"/t/{int(topic_id)}.json")
         stream = data.get("post_stream") or {}
-        posts = [parse_post(p, topic=data) for p in stream.get("posts") or []]
+        posts = [ForumPost.from_json(p, topic=data) for p in stream.get("posts") or []]
         if all_posts:
             have = {p.id for p in posts}
             missing = [int(i) for i in stream.get("stream") or [] if int(i) not in have]
@@ -89,14 +89,15 @@ class DiscourseClient:
                     "GET", f"/t/{int(topic_id)}/posts.json", params=[("post_ids[]", i) for i in chunk]
                 )
                 posts.extend(
-                    parse_post(p, topic=data) for p in (page.get("post_stream") or {}).get("posts") or []
+                    ForumPost.from_json(p, topic=data)
+                    for p in (page.get("post_stream") or {}).get("posts") or []
                 )
             posts.sort(key=lambda p: p.post_number)
         return ForumTopic(
             id=int(data["id"]),
             title=str(data.get("title") or ""),
             slug=str(data.get("slug") or ""),
-            category_id=_opt_int(data.get("category_id")),
+            category_id=optional_int(data.get("category_id")),
             archetype=str(data.get("archetype") or "regular"),
             visible=bool(data.get("visible", True)),
             deleted=data.get("deleted_at") is not None,
@@ -119,7 +120,7 @@ class DiscourseClient:
                     topic_slug=str(topic.get("slug") or ""),
                     topic_title=str(topic.get("title") or ""),
                     blurb=str(post.get("blurb") or ""),
-                    category_id=_opt_int(topic.get("category_id")),
+                    category_id=optional_int(topic.get("category_id")),
                 )
             )
             if len(hits) >= limit:
@@ -150,7 +151,9 @@ class DiscourseClient:
 
     def get_post_by_number(self, topic_id: int, post_number: int) -> ForumPost:
         """``GET /posts/by_number/{topic_id}/{post_number}.json``: the post at that place of a topic."""
-        return parse_post(self._request("GET", f"/posts/by_number/{int(topic_id)}/{int(post_number)}.json"))
+        return ForumPost.from_json(
+            self._request("GET", f"/posts/by_number/{int(topic_id)}/{int(post_number)}.json")
+        )
 
     def create_post(
         self, topic_id: int, raw: str, *, reply_to_post_number: int | None = None
@@ -166,11 +169,11 @@ class DiscourseClient:
             raw_pending = data.get("pending_post")
             pending: Mapping[str, Any] = raw_pending if isinstance(raw_pending, Mapping) else {}
             return PendingPost(
-                int(topic_id), _opt_int(pending.get("id")), _opt_int(data.get("pending_count"))
+                int(topic_id), optional_int(pending.get("id")), optional_int(data.get("pending_count"))
             )
         if "id" not in data:
             raise PermanentError("POST /posts.json: answer without a post id", service=SERVICE)
-        return parse_post(data)
+        return ForumPost.from_json(data)
 
     # -- admin API -----------------------------------------------------------------------------
 
@@ -234,47 +237,11 @@ def map_error(method: str, path: str, response: httpx.Response) -> CitebotError:
     return outbound.status_error(SERVICE, response, what=f"{method} {path}")
 
 
-def parse_post(data: Mapping[str, Any], *, topic: Mapping[str, Any] | None = None) -> ForumPost:
-    """A ``ForumPost`` from Discourse's post JSON (``/posts/{id}.json``, a stream entry, or a webhook)."""
-    reply_to_user = data.get("reply_to_user") or {}
-    topic = topic or {}
-    return ForumPost(
-        id=int(data["id"]),
-        topic_id=int(data.get("topic_id") or topic.get("id") or 0),
-        post_number=int(data.get("post_number") or 0),
-        username=str(data.get("username") or ""),
-        user_id=int(data.get("user_id") or 0),
-        cooked=str(data.get("cooked") or ""),
-        raw=data.get("raw") if isinstance(data.get("raw"), str) else None,
-        post_type=int(data.get("post_type") or 1),
-        reply_to_post_number=_opt_int(data.get("reply_to_post_number")),
-        reply_to_username=reply_to_user.get("username") if isinstance(reply_to_user, Mapping) else None,
-        version=int(data.get("version") or 1),
-        hidden=bool(data.get("hidden", False)),
-        deleted=data.get("deleted_at") is not None or bool(data.get("user_deleted", False)),
-        topic_slug=str(data.get("topic_slug") or topic.get("slug") or ""),
-        topic_title=str(data.get("topic_title") or topic.get("title") or ""),
-        category_id=_opt_int(data.get("category_id", topic.get("category_id"))),
-        archetype=str(data.get("topic_archetype") or topic.get("archetype") or "regular"),
-        created_at=data.get("created_at"),
-        updated_at=data.get("updated_at"),
-    )
-
-
 def _setting_value(item: Mapping[str, Any]) -> object:
     value = item.get("value")
     if item.get("type") == "bool" and isinstance(value, str):
         return value.strip().lower() == "true"
     return value
-
-
-def _opt_int(value: object) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)  # type: ignore[call-overload, no-any-return]
-    except (TypeError, ValueError):
-        return None
 
 
 def _tag_name(tag: object) -> str:
