@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from eval.bench.gate import FORUM, cooked_to_text, forum_questions
+from eval.bench.gate import FORUM, forum_questions
+from eval.bench.gate_intent import archive_posts
 from eval.bench.report import emit
 from gate import Gate, lexical, normalize
 from gate.intent import BENIGN, exemplars_text
@@ -73,19 +74,12 @@ def labelled() -> list[tuple[str, str | None]]:
 
 
 def archive_texts(root: Path = FORUM) -> tuple[list[int], list[str]]:
-    """Every archive post (id, normalised text), cached in ``.cache/gate-lexical/``."""
+    """Every archive post (id, text; ``gate_intent.archive_posts``), cached in ``.cache/gate-lexical/``."""
     cache = CACHE / "archive.json"
     if cache.exists():
         data = json.loads(cache.read_text(encoding="utf-8"))
         return data["ids"], data["texts"]
-    ids: list[int] = []
-    texts: list[str] = []
-    for path in sorted((root / "topics").glob("*.json"), key=lambda p: int(p.stem)):
-        for post in json.loads(path.read_text(encoding="utf-8"))["post_stream"]["posts"]:
-            text = cooked_to_text(post.get("cooked", ""))
-            if text:
-                ids.append(int(post["id"]))
-                texts.append(text)
+    ids, texts = archive_posts(root)
     CACHE.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"ids": ids, "texts": texts}), encoding="utf-8")
     return ids, texts
