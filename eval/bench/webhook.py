@@ -350,6 +350,19 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 20.
     raise RuntimeError("webhook server did not become ready")
 
 
+def _summary(new: dict[str, float], ref: dict[str, float]) -> dict[str, float]:
+    """A generator's figures: its deliveries against its own ``/healthz`` reference."""
+    return {
+        "deliveries_per_s": round(new["rps"], 1),
+        "ack_p50_ms": round(new["p50_ms"], 2),
+        "ack_p99_ms": round(new["p99_ms"], 2),
+        "healthz_per_s": round(ref["rps"], 1),
+        "server_cpu_us_per_delivery": round(new["cpu_us"], 1),
+        "redis_cpu_us_per_delivery": round(new["redis_cpu_us"], 1),
+        "client_cpu_us_per_delivery": round(new["client_cpu_us"], 1),
+    }
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.bench webhook", description=__doc__)
     parser.add_argument(
@@ -505,28 +518,11 @@ def main(argv: Sequence[str]) -> int:
     figures: dict[str, object] = {
         "concurrency": args.baseline_concurrency,
         "deliveries": args.deliveries,
-        "deliveries_per_s": round(measured["rps"], 1),
-        "ack_p50_ms": round(measured["p50_ms"], 2),
-        "ack_p99_ms": round(measured["p99_ms"], 2),
+        **_summary(measured, reference),
         "duplicate_per_s": round(replay["rps"], 1),
-        "healthz_per_s": round(reference["rps"], 1),
-        "server_cpu_us_per_delivery": round(measured["cpu_us"], 1),
         "server_cpu_us_per_healthz": round(reference["cpu_us"], 1),
-        "redis_cpu_us_per_delivery": round(measured["redis_cpu_us"], 1),
         "client": clients[0],
-        "client_cpu_us_per_delivery": round(measured["client_cpu_us"], 1),
-        "by_client": {
-            client: {
-                "deliveries_per_s": round(new["rps"], 1),
-                "ack_p50_ms": round(new["p50_ms"], 2),
-                "ack_p99_ms": round(new["p99_ms"], 2),
-                "healthz_per_s": round(ref["rps"], 1),
-                "server_cpu_us_per_delivery": round(new["cpu_us"], 1),
-                "redis_cpu_us_per_delivery": round(new["redis_cpu_us"], 1),
-                "client_cpu_us_per_delivery": round(new["client_cpu_us"], 1),
-            }
-            for client, (new, ref) in by_client.items()
-        },
+        "by_client": {client: _summary(new, ref) for client, (new, ref) in by_client.items()},
         "ratio_to_healthz": round(ratio, 3),
         "accepted": accepted,
         "queued": queued,
