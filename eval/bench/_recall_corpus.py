@@ -21,7 +21,7 @@ from pgvector.psycopg import register_vector
 
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
 from worker.db.migrate import migrate
-from worker.db.vector_index import INDEX_NAMES, VectorIndexKind, drop_vector_indexes, index_ddl
+from worker.db.vector_index import HNSW_WITH, INDEX_NAMES, VectorIndexKind, drop_vector_indexes, index_ddl
 from worker.settings import Settings
 
 DB_NAME = "citebot_bench_recall"
@@ -205,7 +205,7 @@ def built_indexes(db_url: str) -> dict[str, float]:
 
 def build_index(db_url: str, kind: VectorIndexKind, dim: int, maintenance_work_mem: str) -> float:
     """Build the ``kind`` index (the DDL the worker uses) over the loaded table; return seconds."""
-    print(f"building the {kind} HNSW index (m=16, ef_construction=64)", flush=True)
+    print(f"building the {kind} HNSW index ({HNSW_WITH[kind]})", flush=True)
     t0 = time.perf_counter()
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"DROP INDEX IF EXISTS {INDEX_NAMES[kind]}")

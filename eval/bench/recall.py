@@ -30,7 +30,7 @@ from pgvector.psycopg import register_vector
 from eval.bench import _recall_corpus as rc
 from eval.bench.report import RESULTS, emit, print_table
 from eval.stack.postgres import with_database
-from worker.db.vector_index import INDEX_NAMES, KINDS, VectorIndexKind
+from worker.db.vector_index import HNSW_WITH, INDEX_NAMES, KINDS, VectorIndexKind
 from worker.retrieval.recall import (
     _SETTINGS_SQL,
     PostgresPostIndex,
@@ -334,7 +334,8 @@ def main(argv: list[str]) -> int:
 
 def report(measured: list[dict[str, Any]], args: argparse.Namespace) -> None:
     load = round(os.getloadavg()[0], 2)
-    print(f"\n{args.dim}-d, HNSW m=16 ef_construction=64, {args.queries} queries, k={args.k}, load {load}")
+    graphs = ", ".join(f"{k} {w}" for k, w in HNSW_WITH.items())
+    print(f"\n{args.dim}-d, HNSW {graphs}, {args.queries} queries, k={args.k}, load {load}")
     rows = []
     for m in measured:
         for kind, got in m["kinds"].items():

@@ -201,3 +201,12 @@ def test_the_hamming_scans_ef_search_is_its_own_knob_and_never_past_pgvectors_li
     assert knobs(binary_candidates=400) == ("400", 400)
     assert knobs(binary_candidates=3000) == ("1000", 3000)
     assert knobs(binary_candidates=400, binary_ef_search=800) == ("800", 400)
+
+
+def test_the_bit_graph_is_built_wider_than_the_halfvec_one() -> None:
+    """Issue 18: at ef_construction 64 the bit graph missed neighbours that an exact Hamming scan finds
+    (425k: recall@25 0.955 at 400 candidates; 1.000 at 128, same index size)."""
+    from worker.db.vector_index import index_ddl
+
+    assert "WITH (m = 16, ef_construction = 128)" in index_ddl("binary", 1024)
+    assert "WITH (m = 16, ef_construction = 64)" in index_ddl("halfvec", 1024)
