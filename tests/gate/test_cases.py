@@ -183,3 +183,17 @@ def test_blind_set_9_keeps_what_its_tuning_reached(gate: Gate) -> None:
 
 
 FLOOR_9 = 105
+
+
+HELD_OUT_10 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-10.jsonl")
+
+
+def test_untouched_blind_set_10_keeps_its_recorded_floor(gate: Gate) -> None:
+    # The lead's set of issue 17's third session, never tuned on (eval/data/gate-heldout/README.md):
+    # what the rules and the lexical head blocked on the final gate, so that a change losing ground on
+    # unseen wordings fails.
+    harmful = [row for row in HELD_OUT_10 if row["expect"] == "block"]
+    harmless = [row for row in HELD_OUT_10 if row["expect"] == "pass"]
+    assert (len(harmful), len(harmless)) == (130, 132)
+    assert sum(gate.check(row["text"]).hit for row in harmful) >= 78
+    assert sum(gate.check(row["text"]).hit for row in harmless) <= 3
