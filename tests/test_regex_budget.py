@@ -56,8 +56,7 @@ ANCHORED: dict[str, str] = {
 """Module patterns used only with ``match``/``fullmatch`` at one position (timed that way)."""
 
 DYNAMIC: dict[str, str] = {
-    "worker/addressing.py:_mention_pattern": "mentions",
-    "worker/question.py:mention_pattern": "question_for",
+    "worker/addressing.py:mention_pattern": "mentions",
     "sanitizer/blocks.py:split_blocks": "sanitize",
     "gate/rules.py:_compile": "gate rule patterns",
     # The offline generator reads only the prompt citebot built: its patterns anchor on fence markers

@@ -175,7 +175,7 @@ def mentions(raw: str, username: str) -> bool:
     if "@" not in raw:
         return False
     text = visible_text(raw)
-    for match in _mention_pattern(username).finditer(text):
+    for match in mention_pattern(username).finditer(text):
         if _escaped(text, match.start()):
             continue
         return True
@@ -416,7 +416,8 @@ def _unescape(text: str) -> str:
 _PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
-def _mention_pattern(username: str) -> re.Pattern[str]:
+def mention_pattern(username: str) -> re.Pattern[str]:
+    """``@username`` as Discourse reads a mention in raw text, any case (compiled once per name)."""
     pattern = _PATTERNS.get(username)
     if pattern is None:
         # Discourse usernames hold word characters, '-' and '.': "@citebot." ends a sentence, while

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from worker.addressing import drop_bbcode_blocks
+from worker.addressing import drop_bbcode_blocks, mention_pattern
 
 _QUOTE_LINE = re.compile(r"^[ \t]*>.*$", re.MULTILINE)
 # Linear by construction: a match starts only where a whitespace run holding a newline begins (or at
@@ -25,11 +25,6 @@ _SPACES = re.compile(r"[ \t]+")
 _BLANKS = re.compile(r"\n{3,}")
 # Enough words to be a question on its own; below this, the topic supplies the context.
 MIN_QUESTION_CHARS = 12
-
-
-def mention_pattern(bot_username: str) -> re.Pattern[str]:
-    """``@bot`` as Discourse recognises it: not inside a word, any case."""
-    return re.compile(rf"(?<![\w@])@{re.escape(bot_username)}\b", re.IGNORECASE)
 
 
 def extract_question(raw: str, bot_username: str) -> str:

@@ -26,6 +26,12 @@ from worker.question import extract_question, question_for
             "email me at x@citebot.org about this long question",
             "email me at x@citebot.org about this long question",
         ),
+        # Another user whose name starts with the bot's is not the bot: only the bot's own mention goes
+        # (the same reading as the webhook's addressing decision).
+        (
+            "@citebot-2 said it works; @citebot does the Android build need NDK r21?",
+            "@citebot-2 said it works; does the Android build need NDK r21?",
+        ),
     ],
 )
 def test_extract_question(raw: str, expected: str) -> None:
