@@ -57,4 +57,5 @@ def test_two_server_processes_share_the_port_and_lose_nothing(redis_url: str) ->
         server.terminate()
         server.wait(20)
     assert outcomes == ["enqueued"] * 20
-    assert redis_lib.Redis.from_url(redis_url).llen(f"{REDIS_NAMESPACE}-tasks:{QUESTIONS_QUEUE}") == 20
+    with redis_lib.Redis.from_url(redis_url) as client:  # closed here: an open socket fails the session
+        assert client.llen(f"{REDIS_NAMESPACE}-tasks:{QUESTIONS_QUEUE}") == 20
