@@ -116,7 +116,7 @@ def test_concurrent_deliveries_share_round_trips_and_none_is_lost(redis_url: str
     finally:
         broker.close()
     assert [r.json()["outcome"] for r in responses] == ["enqueued"] * 40
-    r = redis_lib.Redis.from_url(redis_url)
-    assert r.llen(f"{REDIS_NAMESPACE}-tasks:{QUESTIONS_QUEUE}") == 40
-    assert r.llen(f"{REDIS_NAMESPACE}-tasks:{INDEX_QUEUE}") == 40
+    with redis_lib.Redis.from_url(redis_url) as r:
+        assert r.llen(f"{REDIS_NAMESPACE}-tasks:{QUESTIONS_QUEUE}") == 40
+        assert r.llen(f"{REDIS_NAMESPACE}-tasks:{INDEX_QUEUE}") == 40
     assert client.pipelines <= 20, f"{client.pipelines} round trips for 40 deliveries"
