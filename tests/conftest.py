@@ -113,6 +113,7 @@ def settings(db_url: str, redis_url: str) -> Settings:
     return make_settings(db_url, redis_url)
 
 
+@pytest.hookimpl(trylast=True)  # after the session's fixtures are torn down
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # Some tests drop a Redis client without closing it; one that sits in a reference cycle is freed
     # only by the final collection, where pytest turns its socket's ResourceWarning into a failed run
