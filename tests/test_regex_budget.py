@@ -41,7 +41,7 @@ from worker.generation.fence import neutralise
 from worker.generation.offline import phrases_for
 from worker.html_text import html_to_text
 from worker.question import question_for
-from worker.retrieval.terms import TermSelector
+from worker.retrieval.keyword import TermSelector
 
 PACKAGES = ("worker", "gate", "sanitizer", "backfill")
 STAGE_FACTOR = 4.0
@@ -120,7 +120,7 @@ def test_every_pattern_built_in_a_function_is_listed() -> None:
 
 def test_the_scan_finds_the_patterns_of_every_stage() -> None:
     modules = {name.rsplit(".", 1)[0] for name in MODULE_PATTERNS}
-    for stage in ("worker.addressing", "worker.question", "worker.retrieval.terms", "gate.normalize"):
+    for stage in ("worker.addressing", "worker.question", "worker.retrieval.keyword", "gate.normalize"):
         assert stage in modules
     assert any(m.startswith("sanitizer.") for m in modules)
     assert "worker.html_text" in modules
@@ -157,7 +157,7 @@ ENTRY_POINTS: dict[str, tuple[Callable[[str], object], str]] = {
         _sources_of("worker.addressing") + '<a class="mention"></a><aside class="quote">',
     ),
     "question_for": (lambda t: question_for(t, "citebot", "title", t), _sources_of("worker.question")),
-    "keyword_queries": (_TERMS.keyword_queries, _sources_of("worker.retrieval.terms")),
+    "keyword_queries": (_TERMS.keyword_queries, _sources_of("worker.retrieval.keyword")),
     "gate check": (_GATE.check, _sources_of("gate.normalize", "gate.matcher", "gate.language")),
     "sanitize": (
         lambda t: sanitize(t, _EVIDENCE, allow_canned=False),

@@ -11,9 +11,9 @@ honoured; permanent errors (4xx, validation) never retry (``throws``). dramatiq'
 over ~30 days would answer a question a month late. The answerer learns that an attempt is the last one
 from dramatiq's own retry count (``is_last_attempt``), not from a counter of its own.
 
-Messages carry ids only. ``answer_question`` is idempotent: the ``answers`` row is claimed (created in
-state ``queued``) by the first message that sees the post, and a row in a final state is never acted on
-again.
+Messages carry ids only. ``answer_question`` is idempotent: the answerer claims the ``answers`` row
+(created in state ``queued`` by the first message that sees the post; ``worker/pipeline.py``), and a row
+in a final state is never acted on again. This module reads no table of its own.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 import dramatiq
 from dramatiq.middleware import CurrentMessage
 
-from worker import answers
 from worker.addressing import BotIdentity, confirm_reply_to_bot
+from worker.domain import Delivery
 from worker.errors import PermanentError, TransientError
 from worker.poller import PollReport, poll_once
 from worker.redis_batch import RedisCommand
@@ -133,28 +133,22 @@ def enqueue_only() -> Runtime:
 def handle_question(
     rt: Runtime, post_id: int, topic_id: int, version: int, source: str, reply_to: int | None = None
 ) -> None:
-    """Claim the row if no one has, then hand the question to the answerer unless it is finished.
+    """Hand the delivery to the answerer, which claims the ``answers`` row and acts on it unless final.
 
     ``reply_to``: the post replies to that post number without naming its author (a quoting reply);
     it is a question only if that post is the bot's (``addressing.confirm_reply_to_bot``)."""
-    with rt.pool.connection() as conn:
-        if reply_to is not None and not confirm_reply_to_bot(conn, rt.forum, topic_id, reply_to, _bot(rt)):
-            log.debug("reply to post #%d is not to the bot", reply_to, extra={"post_id": post_id})
-            return
-        created = answers.claim(conn, post_id, topic_id, None, version, None, None, source)
-        row = answers.get(conn, post_id)
-    if row is None:  # pragma: no cover - the row was just claimed or already there
-        raise TransientError("answers row vanished", service="postgres")
-    if row.state in answers.FINAL_STATES:
-        log.info("question already %s; nothing to do", row.state, extra={"post_id": post_id})
-        return
-    log.debug("question %s (claimed=%s)", post_id, created, extra={"post_id": post_id, "topic_id": topic_id})
+    if reply_to is not None:
+        with rt.pool.connection() as conn:
+            if not confirm_reply_to_bot(conn, rt.forum, topic_id, reply_to, _bot(rt)):
+                log.debug("reply to post #%d is not to the bot", reply_to, extra={"post_id": post_id})
+                return
     # One job at a time acts on a question: the answerer (worker/pipeline.py) holds a PostgreSQL
     # advisory lock on the post id for its whole run, released at once if the worker dies.
     if rt.answerer is None:
         # Only `citebot worker run` answers; a process built without a pipeline must not pretend to.
         raise PermanentError("this process has no answer pipeline", service="citebot")
-    rt.answerer.answer(post_id, last_attempt=is_last_attempt(rt.settings.limits))
+    delivery = Delivery(post_id, topic_id, version, source)
+    rt.answerer.answer(delivery, last_attempt=is_last_attempt(rt.settings.limits))
 
 
 def _bot(rt: Runtime) -> BotIdentity:

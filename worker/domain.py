@@ -68,6 +68,16 @@ class ForumPost:
 
 
 @dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message of the questions queue: the post to answer, and who saw it (webhook, poller)."""
+
+    post_id: int
+    topic_id: int
+    version: int
+    source: str = "webhook"
+
+
+@dataclass(frozen=True, slots=True)
 class PendingPost:
     """A post Discourse put in its review queue instead of publishing (``{"action": "enqueued",
     "pending_post": {...}}``): there is no post id, and a moderator decides whether it ever appears."""

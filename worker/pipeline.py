@@ -40,7 +40,7 @@ from psycopg_pool import ConnectionPool
 from gate import Gate, GateDecision, IntentLayer, canned_text, detect_language
 from sanitizer import LinkGrain, sanitize
 from worker import answers
-from worker.domain import ForumPost, PendingPost, Source, Zone
+from worker.domain import Delivery, ForumPost, PendingPost, Source, Zone
 from worker.errors import CitebotError, NotFoundError, PermanentError, TransientError
 from worker.flags import FlagReader, Flags
 from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
@@ -79,7 +79,7 @@ class Outcome:
 
 
 class AnswerPipeline:
-    """Takes a claimed question to its final state. Implements ``worker.runtime.Answerer``."""
+    """Claims a question's row and takes it to its final state. Implements ``worker.runtime.Answerer``."""
 
     def __init__(
         self,
@@ -106,8 +106,14 @@ class AnswerPipeline:
 
     # -- entry point -------------------------------------------------------------------------------
 
-    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
-        self.run(post_id, last_attempt=last_attempt)
+    def answer(self, delivery: Delivery, *, last_attempt: bool = False) -> None:
+        """Claim the question's row (the first delivery creates it, ``queued``), then :meth:`run` it."""
+        with self.pool.connection() as conn:
+            created = answers.claim(
+                conn, delivery.post_id, delivery.topic_id, None, delivery.version, None, None, delivery.source
+            )
+        log.debug("question claimed=%s", created, extra={"post_id": delivery.post_id})
+        self.run(delivery.post_id, last_attempt=last_attempt)
 
     def run(self, post_id: int, *, last_attempt: bool = False) -> Outcome:
         """Advance the question of ``post_id`` as far as it goes; raises TransientError to be retried.

@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from worker.budget import Priority
 from worker.clients.discourse import DiscourseClient
+from worker.domain import Delivery
 from worker.protocols import Embedder, Indexer
 from worker.settings import Settings
 
@@ -35,9 +36,10 @@ C = TypeVar("C", bound=Closeable)
 
 
 class Answerer(Protocol):
-    """Takes a claimed question (an ``answers`` row) forward; resumes from the row's state."""
+    """Owns a question's ``answers`` row: claims it (the first delivery of a post creates it, every later
+    one finds it) and takes it forward from its state; a row in a final state is left as it is."""
 
-    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
+    def answer(self, delivery: Delivery, *, last_attempt: bool = False) -> None:
         """``last_attempt``: the queue will not retry a transient failure of this attempt."""
         ...
 

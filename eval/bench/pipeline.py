@@ -36,9 +36,9 @@ from worker.clients.discourse import DiscourseClient
 from worker.clients.embeddings import TeiEmbedder
 from worker.clients.tei import TeiReranker
 from worker.errors import ConfigError
+from worker.retrieval.keyword import PostgresTermStats, TermSelector
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
-from worker.retrieval.terms import PostgresTermStats, TermSelector
 from worker.settings import RerankerSettings
 
 ROOT = Path(__file__).resolve().parents[2]

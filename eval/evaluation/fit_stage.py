@@ -27,9 +27,9 @@ from eval.evaluation.datasets import Question
 from eval.evaluation.runner import RetrievalRun, run_retrieval
 from eval.evaluation.thresholds import propose_abstain, propose_weak
 from worker.protocols import Embedder
+from worker.retrieval.aggregate import write_thresholds
 from worker.retrieval.pipeline import RetrievalResult
 from worker.retrieval.stage import FEATURES, StageModel, write_model
-from worker.retrieval.zones import write_thresholds
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from eval.evaluation.report import abstention_table, configs_table, plot_configs
 from eval.evaluation.thresholds import calibrate, plot_calibration
 from eval.stack.services import CACHE, EmbeddedStack, configured_settings, index_export
 from worker.protocols import Embedder
+from worker.retrieval.aggregate import thresholds_for, write_thresholds
 from worker.retrieval.stage import StageModel
-from worker.retrieval.zones import thresholds_for, write_thresholds
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ from worker import answers
 from worker.actors import Actors, declare_actors, honour_retry_after, is_last_attempt, retry_options
 from worker.assemble import lazy_runtime
 from worker.broker import build_broker
+from worker.domain import Delivery
 from worker.errors import PermanentError, RateLimitedError, ServiceUnavailableError, ValidationError
 from worker.runtime import Runtime
 from worker.settings import LimitsSettings, Settings
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.integration
 
 
 class RecordingAnswerer:
-    """Moves the row queued → posted, or raises what it is told to, and counts calls."""
+    """Keeps the ``Answerer`` contract (claims the row, leaves a final one alone), then moves it
+    queued → posted or raises what it is told to; counts the calls that acted on an open row."""
 
     def __init__(self, runtime: Runtime, script: list[Exception | None], delay_s: float = 0.0) -> None:
         self.runtime = runtime
@@ -30,7 +32,15 @@ class RecordingAnswerer:
         self.calls: list[int] = []
         self.last_attempts: list[bool] = []
 
-    def answer(self, post_id: int, *, last_attempt: bool = False) -> None:
+    def answer(self, delivery: Delivery, *, last_attempt: bool = False) -> None:
+        post_id = delivery.post_id
+        with self.runtime.pool.connection() as conn:
+            answers.claim(
+                conn, post_id, delivery.topic_id, None, delivery.version, None, None, delivery.source
+            )
+            row = answers.get(conn, post_id)
+        if row is None or row.state in answers.FINAL_STATES:
+            return
         self.calls.append(post_id)
         self.last_attempts.append(last_attempt)
         time.sleep(self.delay_s)

@@ -15,6 +15,7 @@ from gate import Gate, GateDecision, IntentLayer, canned_text
 from tests.conftest import make_settings
 from worker import answers
 from worker.db.connect import open_pool
+from worker.domain import Delivery
 from worker.errors import RateLimitedError, ServiceUnavailableError
 from worker.flags import FlagReader
 from worker.generation.offline import OfflineGenerator
@@ -130,6 +131,16 @@ def build_world(
 @pytest.fixture
 def world(db_url: str, redis_url: str) -> Iterator[World]:
     yield from build_world(db_url, redis_url, FakeChatModel(default="Raise the shadow bias [[1]]."))
+
+
+def test_the_pipeline_claims_the_row_of_a_delivery_and_answers_it_once(world: World) -> None:
+    """The answerer owns the ``answers`` row: the first delivery creates it, a repeat finds it final."""
+    world.forum.add_post(905, 1, 3, "@citebot how do I stop shadow flicker with the shadow bias?")
+    for source in ("webhook", "poller", "webhook"):
+        world.pipeline.answer(Delivery(905, 1, 1, source))
+    row = world.row(905)
+    assert (row.state, row.enqueued_by, row.attempts) == ("posted", "webhook", 1)
+    assert len(world.forum.created) == 1
 
 
 def test_mention_gets_one_cited_reply_with_server_links(world: World) -> None:

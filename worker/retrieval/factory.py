@@ -16,10 +16,10 @@ from worker.domain import EmbedKind
 from worker.errors import ConfigError
 from worker.protocols import Embedder, KeywordSearch, Reranker
 from worker.retrieval.excerpts import PostgresExcerptIndex
+from worker.retrieval.keyword import PostgresTermStats, TermSelector
 from worker.retrieval.lexical import PostgresLexicalIndex
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import ConnectionSource, PostgresPostIndex
-from worker.retrieval.terms import PostgresTermStats, TermSelector
 from worker.retrieval.threads import PostgresThreadIndex
 from worker.settings import EmbeddingsSettings, Settings
 

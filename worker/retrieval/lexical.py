@@ -27,8 +27,8 @@ import regex
 from worker.db.connect import first_line
 from worker.domain import Candidate
 from worker.errors import ServiceUnavailableError
+from worker.retrieval.keyword import DocFrequencies, PostgresTermStats
 from worker.retrieval.recall import ConnectionSource, row_candidate
-from worker.retrieval.terms import DocFrequencies, PostgresTermStats
 
 log = logging.getLogger(__name__)
 

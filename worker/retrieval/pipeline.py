@@ -27,17 +27,23 @@ from typing import Literal
 from worker.domain import Candidate, Source, Zone
 from worker.errors import CitebotError, ConfigError, IndexMismatchError, PermanentError, TransientError
 from worker.protocols import Embedder, KeywordSearch, Reranker
-from worker.retrieval.aggregate import build_sources, dedupe_by_topic, neighbours_for, replies_for_questions
+from worker.retrieval.aggregate import (
+    Thresholds,
+    assign_zone,
+    build_sources,
+    dedupe_by_topic,
+    neighbours_for,
+    replies_for_questions,
+    thresholds_for,
+)
 from worker.retrieval.excerpts import PostgresExcerptIndex
 from worker.retrieval.fusion import fuse_rrf
-from worker.retrieval.keyword import KeywordResult, keyword_search
+from worker.retrieval.keyword import KeywordResult, TermSelector, keyword_search
 from worker.retrieval.lexical import LexicalResult, PostgresLexicalIndex
 from worker.retrieval.recall import PostIndex
 from worker.retrieval.rerank import rerank_candidates
 from worker.retrieval.stage import StageModel, feature_rows, is_brief, load_model, model_set_id, rank_rows
-from worker.retrieval.terms import TermSelector
 from worker.retrieval.threads import EMPTY, PostgresThreadIndex, Thread
-from worker.retrieval.zones import Thresholds, assign_zone, thresholds_for
 from worker.settings import RetrievalSettings
 from worker.trace import Trace
 

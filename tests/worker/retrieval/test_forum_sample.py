@@ -24,9 +24,9 @@ from worker.db.migrate import migrate
 from worker.domain import EmbedKind
 from worker.html_text import html_to_text
 from worker.protocols import Embedder
+from worker.retrieval.keyword import PostgresTermStats, TermSelector
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
-from worker.retrieval.terms import PostgresTermStats, TermSelector
 from worker.settings import RetrievalSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -5,9 +5,8 @@ import pytest
 from tests.worker.retrieval.doubles import CannedSearch, hit
 from worker.domain import Candidate
 from worker.errors import ServiceUnavailableError, ValidationError
-from worker.retrieval.keyword import hits_to_candidates, keyword_search
+from worker.retrieval.keyword import DocFrequencies, TermSelector, hits_to_candidates, keyword_search
 from worker.retrieval.rerank import rerank_candidates, rerank_text
-from worker.retrieval.terms import DocFrequencies, TermSelector
 from worker.testing.models import FakeReranker
 
 STATS = DocFrequencies(total=100, counts={"shadows": 10, "directional": 5, "softer": 2})

@@ -18,9 +18,9 @@ from tests.worker.retrieval.doubles import (
 )
 from worker.errors import IndexMismatchError, PermanentError, ServiceUnavailableError
 from worker.generation.prompt import build_prompt
+from worker.retrieval.keyword import TermSelector
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
-from worker.retrieval.terms import TermSelector
 from worker.settings import RetrievalSettings
 from worker.testing.models import FakeEmbedder, FakeReranker
 

@@ -13,8 +13,8 @@ from pgvector.psycopg import register_vector
 
 from tests.worker.retrieval.doubles import angle_vector, insert_post, unit
 from worker.errors import IndexMismatchError, ServiceUnavailableError
+from worker.retrieval.keyword import PostgresTermStats
 from worker.retrieval.recall import RECALL_SQL, ConnectionSource, PostgresPostIndex, single_connection
-from worker.retrieval.terms import PostgresTermStats
 from worker.settings import RetrievalSettings
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from worker.retrieval.terms import DocFrequencies, TermSelector, candidate_terms, rank_terms, tokenize
+from worker.retrieval.keyword import DocFrequencies, TermSelector, candidate_terms, rank_terms, tokenize
 
 
 def test_english_question_loses_its_stop_words() -> None:

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from worker.retrieval.zones import assign_zone
+from worker.retrieval.aggregate import assign_zone
 
 
 @pytest.mark.parametrize(
