@@ -1,8 +1,9 @@
 """The ``answers`` table: one row per question post, the unit of exactly-once.
 
-The first actor that sees a question ``claim``s it (``INSERT … ON CONFLICT DO NOTHING``); every later
-delivery of the same post finds the row and does nothing new. The row then moves through its states
-with ``transition``, a conditional UPDATE, so two workers holding the same message cannot both move it:
+The answerer of the first delivery of a question ``claim``s it (``claim_delivery``: ``INSERT … ON
+CONFLICT DO NOTHING``); every later delivery of the same post finds the row and does nothing new. The
+row then moves through its states with ``transition``, a conditional UPDATE, so two workers holding
+the same message cannot both move it:
 ``queued → retrieved → generated → posted | abstained | refused | failed`` (``skipped`` for rate limits,
 ``held_for_review`` when Discourse queued the reply for a moderator instead of posting it).
 """
@@ -16,6 +17,8 @@ from typing import Any, Literal, get_args
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
+
+from worker.domain import Delivery
 
 AnswerState = Literal[
     "queued", "retrieved", "generated", "posted", "abstained", "refused", "failed", "skipped",
@@ -81,6 +84,12 @@ def claim(
         (post_id, topic_id, post_number, version, user_id, username, enqueued_by),
     ).fetchone()
     return row is not None
+
+
+def claim_delivery(conn: psycopg.Connection[Any], delivery: Delivery) -> bool:
+    """``claim`` for a queue message (who asked and where are filled in once the post is read)."""
+    d = delivery
+    return claim(conn, d.post_id, d.topic_id, None, d.version, None, None, d.source)
 
 
 def get(conn: psycopg.Connection[Any], post_id: int) -> Answer | None:

@@ -109,9 +109,7 @@ class AnswerPipeline:
     def answer(self, delivery: Delivery, *, last_attempt: bool = False) -> None:
         """Claim the question's row (the first delivery creates it, ``queued``), then :meth:`run` it."""
         with self.pool.connection() as conn:
-            created = answers.claim(
-                conn, delivery.post_id, delivery.topic_id, None, delivery.version, None, None, delivery.source
-            )
+            created = answers.claim_delivery(conn, delivery)
         log.debug("question claimed=%s", created, extra={"post_id": delivery.post_id})
         self.run(delivery.post_id, last_attempt=last_attempt)
 

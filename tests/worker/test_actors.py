@@ -17,38 +17,35 @@ from worker.domain import Delivery
 from worker.errors import PermanentError, RateLimitedError, ServiceUnavailableError, ValidationError
 from worker.runtime import Runtime
 from worker.settings import LimitsSettings, Settings
+from worker.testing.answerer import ClaimingAnswerer
 
 pytestmark = pytest.mark.integration
 
 
-class RecordingAnswerer:
-    """Keeps the ``Answerer`` contract (claims the row, leaves a final one alone), then moves it
-    queued → posted or raises what it is told to; counts the calls that acted on an open row."""
+class RecordingAnswerer(ClaimingAnswerer):
+    """Claims the row (the ``Answerer`` contract), then moves an open one queued → posted or raises what
+    it is told to; ``calls`` are the deliveries that found the row open."""
 
     def __init__(self, runtime: Runtime, script: list[Exception | None], delay_s: float = 0.0) -> None:
-        self.runtime = runtime
+        super().__init__(runtime)
         self.script = script
         self.delay_s = delay_s
-        self.calls: list[int] = []
         self.last_attempts: list[bool] = []
 
+    @property
+    def calls(self) -> list[int]:
+        return self.open_calls
+
     def answer(self, delivery: Delivery, *, last_attempt: bool = False) -> None:
-        post_id = delivery.post_id
-        with self.runtime.pool.connection() as conn:
-            answers.claim(
-                conn, post_id, delivery.topic_id, None, delivery.version, None, None, delivery.source
-            )
-            row = answers.get(conn, post_id)
-        if row is None or row.state in answers.FINAL_STATES:
+        if self.claim(delivery) is None:
             return
-        self.calls.append(post_id)
         self.last_attempts.append(last_attempt)
         time.sleep(self.delay_s)
         step = self.script.pop(0) if self.script else None
         if step is not None:
             raise step
         with self.runtime.pool.connection() as conn:
-            answers.transition(conn, post_id, ["queued"], "posted", reply_post_id=1)
+            answers.transition(conn, delivery.post_id, ["queued"], "posted", reply_post_id=1)
 
 
 MakeHarness = Callable[[list[Exception | None]], "Harness"]

@@ -27,6 +27,7 @@ from worker.assemble import lazy_runtime
 from worker.broker import build_broker
 from worker.runtime import Once, Runtime
 from worker.settings import Settings
+from worker.testing.answerer import ClaimingAnswerer
 from worker.webhook import WEBHOOK_PATH, create_app
 
 pytestmark = pytest.mark.integration
@@ -121,7 +122,8 @@ def stack(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
                     "webhook_secret": SECRET,
                 },
             )
-            runtime_provider = lazy_runtime(settings)
+            # The answerer claims the row (the pipeline's first step) and answers nothing.
+            runtime_provider = lazy_runtime(settings, ClaimingAnswerer)
             provider_ref.append(runtime_provider)
             worker = dramatiq.Worker(broker, worker_timeout=100, worker_threads=2)
             worker.start()

@@ -5,5 +5,6 @@ held to the same contract suites as the real clients (``tests/contracts/``):
 
 - ``models``: ``FakeEmbedder``, ``FakeReranker`` and the TEI ``/embed``, ``/rerank`` and ``/info`` bodies;
 - ``chat``: ``FakeChatModel`` and the OpenAI ``chat.completion`` and error bodies;
-- ``forum``: ``FakeForum``.
+- ``forum``: ``FakeForum``;
+- ``answerer``: ``ClaimingAnswerer`` (claims the row of a delivery as the pipeline does, answers nothing).
 """
