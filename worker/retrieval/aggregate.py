@@ -4,8 +4,8 @@ Dedupe by topic (the first — best-ranked — post of each topic wins), keep ``
 from 1. Optional neighbour posts (± n post numbers in the same topic) travel as context: they help the
 LLM read a terse answer, but they are never citable on their own.
 
-Then the zone of the evidence (the same stage in SPEC §2), from its top-1 score, with thresholds that
-belong to the scorer that produced it:
+Then the zone of the evidence (the same stage of the answer path), from its top-1 score, with
+thresholds that belong to the scorer that produced it:
 ``< abstain_below`` → abstain · ``[abstain_below, weak_below)`` → weak · ``>= weak_below`` → normal.
 No score (no reranker, reranker down, legacy path) means normal: the bot then behaves as it did before
 the reranker existed ("config B" of the seed). A non-finite score is treated as no score.
