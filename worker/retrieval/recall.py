@@ -10,15 +10,24 @@ The query is ``ORDER BY embedding <=> $1 LIMIT k`` with exactly the index's expr
 time: a category listed in ``restricted_categories`` now is excluded even if its posts were indexed
 before it became restricted. The filter is applied after the index scan, so pgvector 0.8's iterative
 scan keeps scanning until ``k`` rows pass it (``relaxed_order``, then re-sorted by distance outside a
-materialized CTE, as pgvector's documentation recommends). Search knobs are set with
-``set_config(..., is_local => true)`` inside the query's transaction: they never leak to the pooled
-connection and, being read at execution time, are not frozen into psycopg's prepared plans.
+materialized CTE, as pgvector's documentation recommends).
+
+Each read is one statement on the wire. A recall on an idle connection runs in autocommit (a single
+SELECT is its own transaction, with the same snapshot as inside BEGIN … COMMIT), so no ``BEGIN`` and
+``COMMIT`` round trips surround it. Its search knobs (``hnsw.ef_search``, ``hnsw.iterative_scan``,
+``hnsw.max_scan_tuples``) are session settings of the connection, set once when they differ from what
+that connection last got (``_SESSION_KNOBS``, per connection object: a replaced pooled connection starts
+without) rather than before every query. They are read at execution time, so they are not frozen into
+psycopg's prepared plans, and only the recall queries scan an HNSW index. A connection the caller holds
+inside a transaction gets the knobs with ``is_local => true`` in a savepoint, as before, leaving its
+session untouched.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
@@ -26,6 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 import psycopg
 from pgvector import HalfVector
+from psycopg.pq import TransactionStatus
 
 from worker.db.connect import first_line
 from worker.db.meta import check_index_meta
@@ -95,10 +105,16 @@ SELECT p.post_id, 1 - (p.embedding <=> %(q)s) FROM post_index p WHERE p.post_id 
 """
 
 HNSW_MAX_EF_SEARCH = 1000  # pgvector refuses a larger hnsw.ef_search
+Knobs = tuple[str, str, str]  # hnsw.ef_search, hnsw.iterative_scan, hnsw.max_scan_tuples
 _SETTINGS_SQL = (
     "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true),"
     " set_config('hnsw.max_scan_tuples', %s, true)"
 )
+_SESSION_SETTINGS_SQL = _SETTINGS_SQL.replace("true)", "false)")
+# The knobs each connection's session last got from _SESSION_SETTINGS_SQL (weak: a closed connection
+# drops out). One registry for every PostgresPostIndex, so indexes with different knobs can share a pool.
+_SESSION_KNOBS: weakref.WeakKeyDictionary[psycopg.Connection, Knobs] = weakref.WeakKeyDictionary()
+_SESSION_KNOBS_LOCK = threading.Lock()
 
 
 class PostIndex(Protocol):
@@ -178,6 +194,28 @@ class PostgresPostIndex:
                 f"post index unavailable: {first_line(exc)}", service="postgres"
             ) from exc
 
+    @contextmanager
+    def _statement(self, knobs: Knobs | None = None) -> Iterator[psycopg.Connection]:
+        """A connection for one read statement, with the search ``knobs`` in effect (module docstring):
+        in autocommit when the connection is idle, else inside the caller's transaction (a savepoint).
+        Connection-level failures become ServiceUnavailableError."""
+        try:
+            with self._connections() as conn:
+                if conn.info.transaction_status != TransactionStatus.IDLE:
+                    with conn.transaction():
+                        if knobs is not None:
+                            conn.execute(_SETTINGS_SQL, knobs)
+                        yield conn
+                    return
+                with _autocommit(conn):
+                    if knobs is not None:
+                        _session_knobs(conn, knobs)
+                    yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise ServiceUnavailableError(
+                f"post index unavailable: {first_line(exc)}", service="postgres"
+            ) from exc
+
     def check(self) -> None:
         """Compare the index's model, dimension and vector index kind with ours; raise IndexMismatchError.
 
@@ -203,8 +241,7 @@ class PostgresPostIndex:
                 service="postgres",
             )
         knobs, params = recall_params(self._settings, vector, k, exclude_post_ids)
-        with self._transaction() as conn:
-            conn.execute(_SETTINGS_SQL, knobs)
+        with self._statement(knobs) as conn:
             rows = conn.execute(self._recall_sql, params).fetchall()
         return [
             row_candidate(r, cosine=1.0 - float(r[7]), vector_rank=rank)
@@ -219,24 +256,24 @@ class PostgresPostIndex:
                 f"query vector has {len(vector)} dimensions, the index {self._dimension}", service="postgres"
             )
         params = {"q": HalfVector(np.asarray(vector, dtype=np.float32)), "ids": list(post_ids)}
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(COSINES_SQL, params).fetchall()
         return {int(r[0]): float(r[1]) for r in rows}
 
     def is_empty(self) -> bool:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             row = conn.execute("SELECT NOT EXISTS (SELECT 1 FROM post_index)").fetchone()
         return bool(row and row[0])
 
     def posts(self, post_ids: Sequence[int]) -> dict[int, Candidate]:
         if not post_ids:
             return {}
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(POSTS_SQL, (list(post_ids),)).fetchall()
         return {int(r[0]): _candidate(r) for r in rows}
 
     def restricted_categories(self) -> frozenset[int]:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute("SELECT category_id FROM restricted_categories").fetchall()
         return frozenset(int(r[0]) for r in rows)
 
@@ -244,9 +281,36 @@ class PostgresPostIndex:
         if n <= 0:
             return []
         span = (topic_id, post_number - n, post_number + n, post_number)
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(NEIGHBOURS_SQL, span).fetchall()
         return [_candidate(r) for r in rows]
+
+
+@contextmanager
+def _autocommit(conn: psycopg.Connection) -> Iterator[None]:
+    """``conn`` (idle) in autocommit for the block, then as it was: psycopg switches on the client side,
+    with no round trip (psycopg_pool's own connection check does the same)."""
+    if conn.autocommit:
+        yield
+        return
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        if not conn.closed:
+            conn.autocommit = False
+
+
+def _session_knobs(conn: psycopg.Connection, knobs: Knobs) -> None:
+    """Make ``knobs`` the session's search settings of ``conn`` (idle, in autocommit: committed at once),
+    with a round trip only when they differ from what it last got."""
+    with _SESSION_KNOBS_LOCK:
+        current = _SESSION_KNOBS.get(conn)
+    if current == knobs:
+        return
+    conn.execute(_SESSION_SETTINGS_SQL, knobs)
+    with _SESSION_KNOBS_LOCK:
+        _SESSION_KNOBS[conn] = knobs
 
 
 def recall_sql(kind: str, dimension: int) -> str:
@@ -258,7 +322,7 @@ def recall_sql(kind: str, dimension: int) -> str:
 
 def recall_params(
     settings: RetrievalSettings, vector: Sequence[float], k: int, exclude_post_ids: Sequence[int] = ()
-) -> tuple[tuple[str, str, str], dict[str, object]]:
+) -> tuple[Knobs, dict[str, object]]:
     """The search knobs (for ``_SETTINGS_SQL``) and the query parameters of one recall.
 
     The binary kind's candidate scan must yield ``n`` rows: its ``hnsw.ef_search`` is

@@ -153,7 +153,8 @@ def test_binary_recall_keeps_the_iterative_scan(binary_db: tuple[str, np.ndarray
         # A category restricted after indexing vanishes at once.
         conn.execute("INSERT INTO restricted_categories (category_id) VALUES (2)")
         assert _index(conn).recall(q, 25) == []
-        assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("40",)  # the knobs did not leak
+        # The session holds the last recall's knobs: ef_search = its 200 candidates.
+        assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("200",)
 
 
 def test_a_process_configured_for_the_other_kind_fails_loudly(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 from pgvector import HalfVector
 from pgvector.psycopg import register_vector
+from psycopg.pq import TransactionStatus
 
 from tests.worker.retrieval.doubles import angle_vector, insert_post, unit
 from worker.errors import IndexMismatchError, ServiceUnavailableError
@@ -130,8 +132,71 @@ def test_filtered_queries_still_return_k_rows(conn: psycopg.Connection) -> None:
     ).fetchall()
     overlap = len({r[0] for r in exact} & {c.post_id for c in relaxed})
     assert overlap >= 23
-    # The session settings did not leak out of the query's transaction.
+    # The connection's session holds the knobs of the last recall (set once, not per query).
     assert conn.execute("SHOW hnsw.iterative_scan").fetchone() == ("off",)
+    relaxed_index = PostgresPostIndex(
+        source,
+        RetrievalSettings.model_validate({**settings, "iterative_scan": "relaxed_order"}),
+        model="test-model",
+        dimension=8,
+    )
+    assert len(relaxed_index.recall(query, 25)) == 25
+    assert conn.execute("SHOW hnsw.iterative_scan").fetchone() == ("relaxed_order",)
+
+
+def round_trips(conn: psycopg.Connection, action: Callable[[], object]) -> int:
+    """How many round trips ``action`` makes on ``conn``: the server's ReadyForQuery messages in
+    libpq's protocol trace (one per simple query or extended-query sync, BEGIN and COMMIT included)."""
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        try:
+            action()
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        return sum("ReadyForQuery" in line for line in trace)
+
+
+def test_a_recall_is_one_round_trip_once_the_knobs_are_set(db_url: str) -> None:
+    with psycopg.connect(db_url) as conn:  # not autocommit, as a pooled connection
+        register_vector(conn)
+        for post_id in range(1, 6):
+            insert_post(conn, post_id, angle_vector(post_id * 10))
+        conn.commit()
+        wide = index_over(conn, ef_search=120)
+        narrow = index_over(conn, ef_search=60)
+        query = angle_vector(0)
+        # The first recall on a connection sets its session's knobs, the next ones only query
+        # (before: BEGIN, set_config, the query and COMMIT every time, 4 round trips).
+        assert round_trips(conn, lambda: wide.recall(query, 3)) == 2
+        assert round_trips(conn, lambda: wide.recall(query, 3)) == 1
+        assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("120",)
+        conn.rollback()
+        # Another index with other knobs on the same connection sets its own, and back.
+        assert round_trips(conn, lambda: narrow.recall(query, 3)) == 2
+        assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("60",)
+        conn.rollback()
+        assert round_trips(conn, lambda: wide.recall(query, 3)) == 2
+        assert [c.post_id for c in wide.recall(query, 3)] == [1, 2, 3]
+        assert sorted(index_over(conn).posts([2, 4])) == [2, 4]
+        # The connection is handed back as it came: idle, not in autocommit.
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        assert not conn.autocommit
+
+
+def test_a_recall_inside_the_callers_transaction_keeps_its_knobs_local(db_url: str) -> None:
+    with psycopg.connect(db_url) as conn:
+        register_vector(conn)
+        insert_post(conn, 1, angle_vector(10))
+        conn.commit()
+        index_over(conn, ef_search=120).recall(angle_vector(0), 1)  # the session's knobs
+        with conn.transaction():
+            insert_post(conn, 2, angle_vector(1))  # not committed: seen only inside the transaction
+            got = index_over(conn, ef_search=60).recall(angle_vector(0), 2)
+            assert [c.post_id for c in got] == [2, 1]
+            assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("60",)
+        assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("120",)
+        conn.rollback()
 
 
 def test_another_models_vectors_fail_loudly(conn: psycopg.Connection) -> None:
