@@ -21,7 +21,14 @@ from pgvector.psycopg import register_vector
 
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
 from worker.db.migrate import migrate
-from worker.db.vector_index import HNSW_WITH, INDEX_NAMES, VectorIndexKind, drop_vector_indexes, index_ddl
+from worker.db.vector_index import (
+    HNSW_WITH,
+    INDEX_NAMES,
+    VectorIndexKind,
+    drop_vector_indexes,
+    hnsw_options,
+    index_ddl,
+)
 from worker.settings import Settings
 
 DB_NAME = "citebot_bench_recall"
@@ -132,9 +139,7 @@ def start_server(path: Path, shared_buffers: str, *, keep: bool = False) -> tupl
         if restart:
             conn.execute(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'")
     if restart:
-        server.stop()
-        server = EmbeddedPostgres(path, keep_running=keep)
-        url = server.start()
+        url = server.restart()  # also when it is to be kept: a plain stop() would leave it running
     return server, url
 
 
@@ -191,16 +196,23 @@ def load_table(url: str, p: Params) -> float:
 
 
 def built_indexes(db_url: str) -> dict[str, float]:
-    """The index kinds built on the size's table and their build times (seconds)."""
+    """The index kinds built on the size's table with the worker's current DDL, and their build times
+    (seconds). An index built with other graph parameters (``HNSW_WITH`` changed since) is not
+    counted: the bench builds it again."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         rows = conn.execute("SELECT kind, build_s FROM bench_indexes").fetchall()
         present = {
-            str(r[0])
+            str(r[0]): dict(str(o).split("=", 1) for o in (r[1] or []))
             for r in conn.execute(
-                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indisvalid"
+                "SELECT c.relname, c.reloptions FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE i.indisvalid"
             )
         }
-    return {str(k): float(s) for k, s in rows if INDEX_NAMES[k] in present}
+    return {
+        str(k): float(s)
+        for k, s in rows
+        if k in INDEX_NAMES and present.get(INDEX_NAMES[k]) == hnsw_options(k)
+    }
 
 
 def build_index(db_url: str, kind: VectorIndexKind, dim: int, maintenance_work_mem: str) -> float:

@@ -18,6 +18,7 @@ and index size against the number of posts is written next to the JSON.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -89,6 +90,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--name", default="", help="results name (default recall, recall-scale for several sizes)"
     )
+    ap.add_argument(
+        "--extrapolate",
+        default="2M",
+        help="the plot goes on to this size along each line's measured slope, drawn as such ('' none)",
+    )
+    ap.add_argument(
+        "--plot-from",
+        default="",
+        metavar="NAMES",
+        help="measure nothing: redraw the plot (--name, default recall-scale) from these saved results "
+        "(comma-separated names in eval/results/bench; a later one's kind at a size replaces an earlier)",
+    )
     ap.add_argument("--keep-server", action="store_true", help="leave the bench's PostgreSQL running")
     ap.add_argument("--build-only", action="store_true", help="build the missing tables and indexes, stop")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the tables and indexes even if cached")
@@ -148,8 +161,9 @@ def server_times(
     conn: psycopg.Connection, settings: RetrievalSettings, dim: int, queries: np.ndarray, k: int
 ) -> np.ndarray:
     """The server's own execution time of the same recall statement (EXPLAIN ANALYZE), in ms: beside
-    the end-to-end figure it splits a query's latency into the index's share and the client's."""
-    statement = "EXPLAIN (ANALYZE, FORMAT JSON) " + recall_sql(settings.vector_index, dim)
+    the end-to-end figure it splits a query's latency into the index's share and the client's. Without
+    per-node timing (``TIMING OFF``): its clock reads added 0.1-0.7 ms a query at 425k (issue 18)."""
+    statement = "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + recall_sql(settings.vector_index, dim)
     times = []
     for q in queries:
         knobs, params = recall_params(settings, q, k)
@@ -298,12 +312,20 @@ def measure_size(
     return out
 
 
+def extrapolate_size(args: argparse.Namespace) -> int:
+    return rc.parse_size(args.extrapolate) if args.extrapolate else 0
+
+
 def kinds_for(n: int, kinds: list[VectorIndexKind], halfvec_max: int) -> list[VectorIndexKind]:
     return [k for k in kinds if not (k == "halfvec" and halfvec_max and n > halfvec_max)]
 
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    if args.plot_from:
+        runs = [json.loads((RESULTS / f"{name}.json").read_text()) for name in args.plot_from.split(",")]
+        plot(merge_runs(runs), RESULTS / f"{args.name or 'recall-scale'}.png", extrapolate_size(args))
+        return 0
     sizes = [args.n] if args.n else [rc.parse_size(s) for s in args.sizes.split(",")]
     kinds: list[VectorIndexKind] = [k for k in KINDS if k in args.kinds.split(",")]
     halfvec_max = rc.parse_size(args.halfvec_max) if args.halfvec_max else 0
@@ -393,7 +415,7 @@ def report(measured: list[dict[str, Any]], args: argparse.Namespace) -> None:
         name += "-scale"
     name = args.name or name
     if len(measured) > 1:
-        plot(measured, RESULTS / f"{name}.png")
+        plot(measured, RESULTS / f"{name}.png", extrapolate_size(args))
     emit(
         name,
         {
@@ -414,17 +436,57 @@ def report(measured: list[dict[str, Any]], args: argparse.Namespace) -> None:
     )
 
 
-def plot(measured: list[dict[str, Any]], path: Path) -> None:
-    """Latency (default settings, unfiltered) and index bytes against the number of posts."""
+def merge_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sizes of several saved runs (``emit``'s JSON) as one measurement: a later run's kind at a
+    size replaces an earlier one's, its per-size figures (numpy, table bytes) likewise."""
+    by_n: dict[int, dict[str, Any]] = {}
+    for run in runs:
+        for m in run["sizes"]:
+            merged = by_n.setdefault(m["n"], {"kinds": {}})
+            merged.update({k: v for k, v in m.items() if k != "kinds"})
+            merged["kinds"].update(m["kinds"])
+    return [by_n[n] for n in sorted(by_n)]
+
+
+def extrapolate(points: list[tuple[int, float]], to: int) -> float | None:
+    """``y`` at ``to`` along the least-squares log-log slope of the measured points (None: fewer than
+    two sizes, or ``to`` not beyond them)."""
+    if len({n for n, _ in points}) < 2 or to <= max(n for n, _ in points) or min(y for _, y in points) <= 0:
+        return None
+    x = np.log([n for n, _ in points])
+    y = np.log([v for _, v in points])
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(np.exp(intercept + slope * np.log(to)))
+
+
+def plot(measured: list[dict[str, Any]], path: Path, extrapolate_to: int = 0) -> dict[str, float]:
+    """Latency (default settings, unfiltered) and index bytes against the number of posts; past the
+    largest size measured, each line goes on to ``extrapolate_to`` along its measured slope, dashed to a
+    hollow marker. Returns the extrapolated values ("kind figure" -> value)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ns = [m["n"] for m in measured]
-    left.plot(ns, [m["brute_force_p50_ms"] for m in measured], "k:", marker="x", label="numpy brute force")
-    for kind in KINDS:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
+    extrapolated: dict[str, float] = {}
+
+    def line(
+        ax: Any, points: list[tuple[int, float]], label: str, style: str, marker: str, colour: str
+    ) -> None:
+        ax.plot(
+            [n for n, _ in points], [y for _, y in points], style, marker=marker, label=label, color=colour
+        )
+        guess = extrapolate(points, extrapolate_to) if extrapolate_to else None
+        if guess is None:
+            return
+        extrapolated[label] = guess
+        ax.plot([points[-1][0], extrapolate_to], [points[-1][1], guess], ":", color=colour, alpha=0.8)
+        ax.plot([extrapolate_to], [guess], marker="o", mfc="none", color=colour, linestyle="none")
+
+    points = [(m["n"], m["brute_force_p50_ms"]) for m in measured]
+    line(left, points, "numpy brute force", "-", "x", "black")
+    for kind, colour in zip(KINDS, ("tab:blue", "tab:orange"), strict=True):
         pts = [
             (m["n"], r, m["kinds"][kind]["index_bytes_per_post"] * m["n"] / 2**30)
             for m in measured
@@ -434,11 +496,11 @@ def plot(measured: list[dict[str, Any]], path: Path) -> None:
         ]
         if not pts:
             continue
-        x = [n for n, _, _ in pts]
-        left.plot(x, [r["p50_ms"] for _, r, _ in pts], marker="o", label=f"{kind} p50 end to end")
-        left.plot(x, [r["server_p50_ms"] for _, r, _ in pts], "--", marker=".", label=f"{kind} p50 server")
-        right.plot(x, [gb for _, _, gb in pts], marker="o", label=f"{kind} HNSW index")
-    right.plot(ns, [m["table_bytes_per_post"] * m["n"] / 2**30 for m in measured], "k:", label="table")
+        line(left, [(n, r["p50_ms"]) for n, r, _ in pts], f"{kind} p50 end to end", "-", "o", colour)
+        line(left, [(n, r["server_p50_ms"]) for n, r, _ in pts], f"{kind} p50 server", "--", ".", colour)
+        line(right, [(n, gb) for n, _, gb in pts], f"{kind} HNSW index", "-", "o", colour)
+    table = [(m["n"], m["table_bytes_per_post"] * m["n"] / 2**30) for m in measured]
+    line(right, table, "table", "-", "x", "black")
     for ax in (left, right):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -449,7 +511,20 @@ def plot(measured: list[dict[str, Any]], path: Path) -> None:
     right.set_ylabel("GiB")
     left.set_title("recall latency (default knobs)")
     right.set_title("index and table size")
-    fig.tight_layout()
+    if extrapolated:
+        fig.text(
+            0.5,
+            0.005,
+            f"filled: measured; dotted to a hollow marker: extrapolated to {extrapolate_to:,} posts "
+            "along the least-squares slope of the sizes measured",
+            ha="center",
+            fontsize=8,
+        )
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+    plt.close(fig)
     print(f"plot: {path}")
+    for label, value in extrapolated.items():
+        print(f"  extrapolated to {extrapolate_to:,}: {label} {value:.3g}")
+    return extrapolated

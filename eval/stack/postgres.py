@@ -79,6 +79,15 @@ class EmbeddedPostgres:
             self._server.cleanup()  # type: ignore[attr-defined]
         self._server = None
 
+    def restart(self) -> str:
+        """Stop the server, even one kept running (a setting such as ``shared_buffers`` needs it), and
+        start it again; return the URL."""
+        if self._server is not None:
+            self._server.cleanup_mode = "stop"  # type: ignore[attr-defined]
+            self._server.cleanup()  # type: ignore[attr-defined]
+            self._server = None
+        return self.start()
+
     def __enter__(self) -> str:
         return self.start()
 

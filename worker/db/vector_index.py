@@ -40,6 +40,13 @@ HNSW_WITH: dict[VectorIndexKind, str] = {
 }
 
 
+def hnsw_options(kind: VectorIndexKind) -> dict[str, str]:
+    """The graph parameters of ``kind``'s DDL as PostgreSQL lists them (``pg_class.reloptions``)."""
+    inner = HNSW_WITH[kind].removeprefix("WITH (").removesuffix(")")
+    pairs = (part.split("=") for part in inner.split(","))
+    return {name.strip(): value.strip() for name, value in pairs}
+
+
 def index_ddl(kind: VectorIndexKind, dimension: int, *, concurrently: bool = False) -> str:
     """``CREATE INDEX`` for ``kind`` over a ``dimension``-d column (``IF NOT EXISTS``)."""
     how = "CONCURRENTLY " if concurrently else ""
