@@ -228,7 +228,12 @@ class RetrievalSettings(BaseModel):
     sources_k: int = Field(6, ge=1, le=20, description="Sources kept after dedupe by topic.")
     neighbours: int = Field(0, ge=0, le=3, description="Posts before/after each source given as context.")
     ef_search: int = Field(
-        200, ge=10, le=1000, description="HNSW `hnsw.ef_search` (200: recall@25 0.97 on the 425k bench)."
+        40,
+        ge=10,
+        le=1000,
+        description="HNSW `hnsw.ef_search` (40: recall@25 0.99 on the 425k bench's m=24, ef_construction=128 "
+        "graph). Unset, an index built with an older graph (m=16, ef_construction=64) gets 200 (0.97 there), "
+        "with a warning at the worker's start until it is rebuilt.",
     )
     iterative_scan: Literal["off", "relaxed_order", "strict_order"] = Field(
         "relaxed_order", description="pgvector iterative scan, so filtered queries still fill recall_k."

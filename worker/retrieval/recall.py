@@ -39,6 +39,7 @@ from psycopg.pq import TransactionStatus
 
 from worker.db.connect import first_line
 from worker.db.meta import check_index_meta
+from worker.db.vector_index import HNSW_WITH, INDEX_NAMES, hnsw_options, read_graph
 from worker.domain import Candidate
 from worker.errors import IndexMismatchError, ServiceUnavailableError
 from worker.settings import RetrievalSettings
@@ -105,6 +106,9 @@ SELECT p.post_id, 1 - (p.embedding <=> %(q)s) FROM post_index p WHERE p.post_id 
 """
 
 HNSW_MAX_EF_SEARCH = 1000  # pgvector refuses a larger hnsw.ef_search
+# The ef_search an older halfvec graph (m = 16, ef_construction = 64, before issue 18's fourth session)
+# needs for the default's recall: 200 gave recall@25 0.97 on it at 425k, the default 40 only 0.79.
+OLDER_GRAPH_EF_SEARCH = 200
 Knobs = tuple[str, str, str]  # hnsw.ef_search, hnsw.iterative_scan, hnsw.max_scan_tuples
 _SETTINGS_SQL = (
     "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true),"
@@ -224,12 +228,28 @@ class PostgresPostIndex:
         ``index_meta``."""
         with self._transaction() as conn:
             meta = check_index_meta(conn, self._model, self._dimension)
+            graph = read_graph(conn, self._settings.vector_index)
         if meta.vector_index != self._settings.vector_index:
             raise IndexMismatchError(
                 f"the post index carries a {meta.vector_index} vector index (index_meta), but "
                 f"CITEBOT_RETRIEVAL__VECTOR_INDEX is {self._settings.vector_index}: run `citebot db "
                 "migrate` to build that one, or set the variable back",
                 service="postgres",
+            )
+        kind = self._settings.vector_index
+        if graph is not None and graph != hnsw_options(kind):
+            older = kind == "halfvec" and "ef_search" not in self._settings.model_fields_set
+            if older:
+                self._settings = self._settings.model_copy(update={"ef_search": OLDER_GRAPH_EF_SEARCH})
+            log.warning(
+                "%s was built with %s, not today's %s: %s; rebuild it (docs/operations.md, "
+                "'Sizing the index')",
+                INDEX_NAMES[kind],
+                graph,
+                HNSW_WITH[kind],
+                f"ef_search {OLDER_GRAPH_EF_SEARCH} for it, the default's recall needs the new graph"
+                if older
+                else "recall may be lower than the benchmarks' at these settings",
             )
 
     def recall(

@@ -210,4 +210,4 @@ def test_the_bit_graph_is_built_wider_than_the_halfvec_one() -> None:
     from worker.db.vector_index import index_ddl
 
     assert "WITH (m = 16, ef_construction = 128)" in index_ddl("binary", 1024)
-    assert "WITH (m = 16, ef_construction = 64)" in index_ddl("halfvec", 1024)
+    assert "WITH (m = 24, ef_construction = 128)" in index_ddl("halfvec", 1024)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -251,3 +252,37 @@ def test_document_frequencies_from_the_index(conn: psycopg.Connection) -> None:
     assert table.counts["bias"] == 2
     assert table.counts["animation"] == 1
     assert "and" in table.counts  # stop-words are dropped by the selector, not by the table
+
+
+def test_an_index_with_the_older_graph_keeps_ef_search_200_unless_it_is_set(
+    conn: psycopg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 18: ef_search 40 (the default since the m=24, ef_construction=128 graph) found recall@25
+    0.74-0.79 on the m=16, ef_construction=64 graph at 425k, where 200 found 0.97."""
+    insert_post(conn, 1, angle_vector(10))
+    current = index_over(conn)
+    with caplog.at_level(logging.WARNING, logger="worker.retrieval.recall"):
+        current.check()  # a migrated database: its empty index was rebuilt with today's graph (0010)
+    assert caplog.records == []
+    current.recall(angle_vector(0), 1)
+    assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("40",)
+
+    conn.execute("DROP INDEX post_index_embedding_hnsw")
+    conn.execute(
+        "CREATE INDEX post_index_embedding_hnsw ON post_index USING hnsw (embedding halfvec_cosine_ops)"
+        " WITH (m = 16, ef_construction = 64)"
+    )
+    older = index_over(conn)
+    with caplog.at_level(logging.WARNING, logger="worker.retrieval.recall"):
+        older.check()
+    assert "ef_search 200 for it" in caplog.text
+    assert [c.post_id for c in older.recall(angle_vector(0), 1)] == [1]
+    assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("200",)
+    # Set explicitly, ef_search is the operator's: kept, with the warning.
+    caplog.clear()
+    chosen = index_over(conn, ef_search=60)
+    with caplog.at_level(logging.WARNING, logger="worker.retrieval.recall"):
+        chosen.check()
+    assert "recall may be lower" in caplog.text
+    chosen.recall(angle_vector(0), 1)
+    assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("60",)
