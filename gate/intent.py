@@ -16,6 +16,12 @@ What it holds (``gate/intent/<model>.json``, one file per embedding model, writt
   harmful and benign questions and real forum posts): then the score is its logit
   ``weights · v + bias`` and the threshold is on that logit; the nearest exemplars still give the
   category;
+- optionally ``lexical_floor`` (and ``lexical_sha256``, the ``gate/lexical.json`` it was set
+  for): a hit also needs the gate's lexical head to score the question at that logit or above.
+  MiniLM puts short, contentless forum replies ("That is what I've done at this point.") near
+  harmful requests; their words score far below any request's, so the floor keeps the layer to
+  questions whose words already lean harmful, and the layer's false blocks over the whole archive
+  can be counted by embedding only the posts at or above the floor;
 - ``model``, ``dimension`` and ``exemplars_sha256``: the vector space the exemplars belong to and
   the exemplars that made them. A vector of another size is refused (``IntentError``).
 
@@ -87,6 +93,8 @@ class IntentLayer:
         info: dict[str, Any] | None = None,
         weights: Any | None = None,
         bias: float = 0.0,
+        lexical_floor: float | None = None,
+        lexical_sha256: str = "",
     ) -> None:
         self.model = model
         self.harmful = np.asarray(harmful, dtype=np.float32)
@@ -105,6 +113,10 @@ class IntentLayer:
             raise IntentError(f"{source}: k must be between 1 and the number of exemplars of a side")
         self.weights = None if weights is None else np.asarray(weights, dtype=np.float32)
         self.bias = float(bias)
+        self.lexical_floor = None if lexical_floor is None else float(lexical_floor)
+        self.lexical_sha256 = lexical_sha256
+        if self.lexical_floor is not None and not math.isfinite(self.lexical_floor):
+            raise IntentError(f"{source}: the lexical floor must be a finite logit")
         if self.weights is not None:
             if self.weights.shape != (self.harmful.shape[1],) or not np.isfinite(self.weights).all():
                 raise IntentError(f"{source}: the linear head needs one finite weight per dimension")
@@ -163,6 +175,8 @@ class IntentLayer:
                 info=data.get("info", {}),
                 weights=_vector(data["weights"], dimension) if "weights" in data else None,
                 bias=float(data.get("bias", 0.0)),
+                lexical_floor=None if data.get("lexical_floor") is None else float(data["lexical_floor"]),
+                lexical_sha256=str(data.get("lexical_sha256", "")),
             )
         except IntentError:
             raise
@@ -173,25 +187,36 @@ class IntentLayer:
         return layer
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": FORMAT_VERSION,
-            "model": self.model,
-            "dimension": self.dimension,
-            "exemplars_sha256": self.exemplars_sha256,
-            "k": self.k,
-            "threshold": round(self.threshold, 6),
-            "labels": list(self.labels),
-            "harmful": _encode(self.harmful),
-            "benign": _encode(self.benign),
-            "info": self.info,
-        } | (
-            {}
-            if self.weights is None
-            else {"weights": _encode(self.weights, "<f4"), "bias": round(self.bias, 6)}
+        return (
+            {
+                "version": FORMAT_VERSION,
+                "model": self.model,
+                "dimension": self.dimension,
+                "exemplars_sha256": self.exemplars_sha256,
+                "k": self.k,
+                "threshold": round(self.threshold, 6),
+                "labels": list(self.labels),
+                "harmful": _encode(self.harmful),
+                "benign": _encode(self.benign),
+                "info": self.info,
+            }
+            | (
+                {}
+                if self.lexical_floor is None
+                else {"lexical_floor": round(self.lexical_floor, 4), "lexical_sha256": self.lexical_sha256}
+            )
+            | (
+                {}
+                if self.weights is None
+                else {"weights": _encode(self.weights, "<f4"), "bias": round(self.bias, 6)}
+            )
         )
 
-    def check(self, vector: Sequence[float] | Any) -> IntentDecision:
-        """Judge one question by its embedding. Raises IntentError for a vector of the wrong size."""
+    def check(self, vector: Sequence[float] | Any, *, lexical_score: float | None = None) -> IntentDecision:
+        """Judge one question by its embedding. Raises IntentError for a vector of the wrong size.
+
+        With a ``lexical_floor``, a hit also needs the lexical head's logit for the same question
+        (``GateDecision.lexical_score``) at the floor or above; without that score it never hits."""
         v = np.asarray(vector, dtype=np.float32)
         if v.shape != (self.dimension,):
             raise IntentError(
@@ -208,7 +233,10 @@ class IntentLayer:
             score = -1.0
         votes = [self.labels[i] for i in nearest]
         category = max(votes, key=lambda c: (votes.count(c), -votes.index(c)))
-        return IntentDecision(score >= self.threshold, category, round(score, 4), self.threshold)
+        hit = score >= self.threshold
+        if self.lexical_floor is not None:
+            hit = hit and lexical_score is not None and lexical_score >= self.lexical_floor
+        return IntentDecision(hit, category, round(score, 4), self.threshold)
 
 
 def _encode(matrix: Any, dtype: str = "<f2") -> str:

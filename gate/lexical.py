@@ -12,6 +12,11 @@ What it holds (``gate/lexical.json``, written by ``python -m eval.bench gate_lex
   above;
 - ``categories`` and ``category_weights``: a second linear model, fitted on the harmful lines only,
   that names the category of a hit (the canned reply follows it);
+- ``veto`` (optional): a logit far below the threshold. A question whose best unit scores under it
+  reads as benign as the look-alikes the head was fitted on, and a hit of a rule that has a benign
+  reading (not ``strict``) is then dropped (``gate.matcher``); strict rules are never vetoed. The
+  best unit is a maximum over the question's clauses, so a benign sentence elsewhere cannot lower
+  it: the veto respects the rules' scoping;
 - ``info``: what it was fitted on and how the threshold was calibrated.
 
 Features of a unit (:func:`features`): each word, each word's first five letters, and the pairs of
@@ -109,6 +114,7 @@ class LexicalHead:
         category_weights: Mapping[str, Sequence[float]],
         category_bias: Sequence[float],
         info: Mapping[str, Any] | None = None,
+        veto: float | None = None,
     ) -> None:
         if not categories:
             raise LexicalError("no categories")
@@ -130,6 +136,9 @@ class LexicalHead:
         self._kinds = [(self._by_kind[k], frozenset(self._by_kind[k])) for k in ("w", "s", "b", "g")]
         self.bias = float(bias)
         self.threshold = float(threshold)
+        self.veto = None if veto is None else float(veto)
+        if self.veto is not None and not self.veto < self.threshold:
+            raise LexicalError("veto must be below the threshold")
         self.categories = tuple(categories)
         self.category_weights = {name: tuple(float(v) for v in row) for name, row in category_weights.items()}
         self.category_bias = tuple(float(v) for v in category_bias)
@@ -221,6 +230,7 @@ class LexicalHead:
                 category_weights=data["category_weights"],
                 category_bias=data["category_bias"],
                 info=data.get("info"),
+                veto=data.get("veto"),
             )
         except (KeyError, TypeError) as exc:
             raise LexicalError(f"{path or 'gate/lexical.json'}: missing or malformed {exc}") from exc
@@ -230,6 +240,7 @@ class LexicalHead:
             "version": FORMAT_VERSION,
             "bias": round(self.bias, 5),
             "threshold": round(self.threshold, 5),
+            **({} if self.veto is None else {"veto": round(self.veto, 5)}),
             "categories": list(self.categories),
             "category_bias": [round(v, 4) for v in self.category_bias],
             "info": self.info,

@@ -7,7 +7,8 @@ clause (the sentence, cut at clause breaks such as ";", "but", "btw", "for real"
 within the rule's ``exception_window`` characters either side. The rule hits when one match is not
 excused; strict rules have no exceptions. The first rule that hits decides. When no rule hits, the
 lexical head (:mod:`gate.lexical`, when the gate has one) judges the words of each clause; its hit is
-reported as rule ``lexical.<category>``.
+reported as rule ``lexical.<category>``. A hit of a rule with a benign reading (not ``strict``) is
+dropped when the head scores the question under its ``veto`` (it reads like the look-alikes).
 
 Bounded work, never an exception for any input string:
 
@@ -24,11 +25,11 @@ from __future__ import annotations
 import bisect
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gate.language import language_of
-from gate.lexical import LexicalHead
+from gate.lexical import LexicalDecision, LexicalHead
 from gate.normalize import normalize
 from gate.rules import Rule, RuleSet, TriggerGroup, load_rules
 
@@ -52,6 +53,9 @@ class GateDecision:
 
     ``hit`` is True when a rule matched; then ``rule_id``, ``category`` and ``reply`` (the category's
     canned reply in ``language``) are set. ``language`` is always the detected one ("fr" or "en").
+    ``lexical_score`` is the lexical head's logit when the head judged the question (no rule hit),
+    else None: the embedding layer reads it (its lexical floor, ``gate.intent``); it is trace
+    information, not part of the decision's identity (left out of ``==``).
     """
 
     hit: bool
@@ -60,6 +64,7 @@ class GateDecision:
     language: str
     reply: str | None
     timed_out: tuple[str, ...] = ()
+    lexical_score: float | None = field(default=None, compare=False)
 
 
 class Gate:
@@ -109,6 +114,7 @@ class Gate:
         language = language_of(words, original)
         timed_out: list[str] = []
         ends: list[int] | None = None
+        verdict: LexicalDecision | None = None
         for rule in self.rules.rules:
             if not all(_satisfied(group, words, heads) for group in rule.triggers):
                 continue
@@ -121,15 +127,29 @@ class Gate:
             else:
                 spans = [(0, len(normalized))]
             if self._hits(rule, normalized, spans, timed_out):
+                if not rule.strict and self.lexical is not None and self.lexical.veto is not None:
+                    verdict = verdict or self.lexical.check(normalized)
+                    if verdict.score < self.lexical.veto:
+                        continue  # the head reads the question as a look-alike: no benign-reading rule
                 reply = self.rules.replies[rule.category].text(language)
                 return GateDecision(True, rule.id, rule.category, language, reply, tuple(timed_out))
         if self.lexical is not None:
-            verdict = self.lexical.check(normalized)
+            verdict = verdict or self.lexical.check(normalized)
             category = verdict.category
             if verdict.hit and category is not None and category in self.rules.replies:
                 reply = self.rules.replies[category].text(language)
-                return GateDecision(True, f"lexical.{category}", category, language, reply, tuple(timed_out))
+                return GateDecision(
+                    True, f"lexical.{category}", category, language, reply, tuple(timed_out), verdict.score
+                )
+            return GateDecision(False, None, None, language, None, tuple(timed_out), verdict.score)
         return GateDecision(False, None, None, language, None, tuple(timed_out))
+
+    def lexical_score(self, text: str) -> float | None:
+        """The lexical head's logit for ``text`` (None without a head), rules aside: what the
+        embedding layer's lexical floor reads when the rules did not run."""
+        if self.lexical is None:
+            return None
+        return self.lexical.check(normalize(text[: self.max_chars])).score
 
     def _hits(self, rule: Rule, normalized: str, spans: list[tuple[int, int]], timed_out: list[str]) -> bool:
         if rule.exception is None:

@@ -275,6 +275,7 @@ class AnswerPipeline:
         """Stage 0's one refusal, if the rules or the embedding layer (docs/gate.md) hit, and the vector the
         layer embedded (recall reuses it). An intent hit is a ``GateDecision`` like a rule's: rule
         ``intent.<category>``, that category's canned reply in the question's language."""
+        decision: GateDecision | None = None
         if flags.input_gate:
             with self._stage(trace, "gate") as st:
                 decision = self.gate.check(question)
@@ -289,9 +290,13 @@ class AnswerPipeline:
         if vector is None:
             return None, None
         with self._stage(trace, "intent") as st:
-            verdict = self.intent.check(vector)
+            # The layer's lexical floor reads the lexical head's score of the same question.
+            lexical = decision.lexical_score if decision is not None else self.gate.lexical_score(question)
+            verdict = self.intent.check(vector, lexical_score=lexical)
             st.info.update(hit=verdict.hit, category=verdict.category, score=verdict.score)
             st.info["threshold"] = verdict.threshold
+            st.info["lexical_score"] = None if lexical is None else round(lexical, 4)
+            st.info["lexical_floor"] = self.intent.lexical_floor
         if not verdict.hit:
             return None, vector
         language = str(trace.info["language"])

@@ -2,34 +2,27 @@
 
 ``python -m eval.bench gate_intent train --head linear`` fits it on:
 
-- harmful (label 1): the harmful exemplars (``gate/intent/exemplars.jsonl``) and the harmful lines
-  of the gate's regression sets (``tests/gate/*.jsonl``: blind sets 1, 2, 3 and 5, the held-out
-  and labelled cases; never ``eval/data/gate-heldout/``, which stays for measuring);
-- benign (label 0): the benign exemplars and look-alikes of the same files, and real forum text
-  (the 1,000 forum questions of ``python -m eval.bench gate`` and the archive posts already
-  embedded in ``.cache/gate-intent/``).
+- harmful (label 1) and look-alikes (label 0): the lines of ``eval/bench/_gate_training.py`` (the
+  same lines as the lexical head: exemplars, regression sets, held-out sets already tuned on, the
+  training sets; never an untuned held-out set);
+- forum text (label 0): the 1,000 forum questions of ``python -m eval.bench gate`` and every post
+  of the Urho3D archive, each embedded as a question (hard negatives: short, contentless replies
+  land near harmful requests in MiniLM's space).
 
 Each of the three groups weighs the same in the loss whatever its size (harmful, look-alikes,
 forum), with an L2 penalty; fitted by Newton's method (IRLS), so the result is deterministic.
 The threshold, on the logit, is the highest of: the top forum score + ``--margin``, and the score
-that lets at most ``--benign-rate`` of the look-alikes through. The forum texts are training data
-too, so that part of the calibration is in sample (``docs/gate.md`` says so).
+that lets at most ``--benign-rate`` of the look-alikes through out of fold. The forum texts are
+training data too, so the first part is in sample; ``gate_intent train`` also reports the forum
+texts' false blocks out of fold (``docs/gate.md`` says so).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from gate.intent import BENIGN
-
-REPO = Path(__file__).resolve().parents[2]
-REGRESSION_SETS = REPO / "tests" / "gate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,27 +49,10 @@ def fit_logistic(x: Any, y: Any, weight: Any, *, l2: float, steps: int = 25) -> 
     return Head(weights=beta[:-1].astype(np.float32), bias=float(beta[-1]))
 
 
-def regression_rows() -> list[dict[str, Any]]:
-    rows = []
-    for path in sorted(REGRESSION_SETS.glob("*.jsonl")):
-        rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return rows
-
-
-def training_set(
-    exemplar_rows: Sequence[dict[str, str]],
-    exemplar_vectors: Any,
-    regression: Sequence[dict[str, Any]],
-    regression_vectors: Any,
-    forum_vectors: Any,
-) -> tuple[Any, Any, Any, Any]:
-    """(x, y, weight, group): harmful, look-alikes and forum text (``group`` 0, 1, 2), each group
-    summing to one third of the weight."""
-    harmful = [v for r, v in zip(exemplar_rows, exemplar_vectors, strict=True) if r["label"] != BENIGN]
-    look_alikes = [v for r, v in zip(exemplar_rows, exemplar_vectors, strict=True) if r["label"] == BENIGN]
-    harmful += [v for r, v in zip(regression, regression_vectors, strict=True) if r["expect"] == "block"]
-    look_alikes += [v for r, v in zip(regression, regression_vectors, strict=True) if r["expect"] == "pass"]
-    groups = [(np.asarray(harmful), 1.0), (np.asarray(look_alikes), 0.0), (np.asarray(forum_vectors), 0.0)]
+def training_set(harmful: Any, look_alikes: Any, forum: Any) -> tuple[Any, Any, Any, Any]:
+    """(x, y, weight, group): harmful lines, look-alikes and forum text (``group`` 0, 1, 2), each
+    group summing to one third of the weight."""
+    groups = [(np.asarray(harmful), 1.0), (np.asarray(look_alikes), 0.0), (np.asarray(forum), 0.0)]
     x = np.vstack([g for g, _ in groups])
     y = np.concatenate([np.full(len(g), label) for g, label in groups])
     weight = np.concatenate([np.full(len(g), len(x) / (3 * len(g))) for g, _ in groups])

@@ -18,13 +18,16 @@ import json
 import statistics
 import time
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from eval.bench._gate_training import TUNED_HELDOUT, labelled_files, read_set, training_rows
 from eval.bench.gate import FORUM, cooked_to_text, forum_questions, percentile
 from eval.bench.report import emit
+from gate import Gate
 from gate.intent import BENIGN, IntentLayer, exemplars_digest, exemplars_text, model_slug
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,34 +51,33 @@ CHUNK = 1000
 
 
 def cached_vectors(emb: Any, name: str, texts: Sequence[str]) -> Any:
-    """Vectors of ``texts``, cached under ``name`` with a digest of the texts and the model.
-
-    Saved ``CHUNK`` texts at a time (each chunk named by its own digest), then as one file."""
+    """Vectors of ``texts`` (in order), from one store per model in ``.cache/gate-intent/`` keyed by
+    each text's digest: a text is embedded once, whatever list it comes in (``name`` only labels
+    the progress lines). New texts are embedded and saved ``CHUNK`` at a time."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    digest = exemplars_digest(emb.model + "\n" + "\n\x00".join(texts))[:16]
-    path = CACHE / f"{name}-{model_slug(emb.model)}-{digest}.npy"
+    path = CACHE / f"store-{model_slug(emb.model)}.npz"
+    keys: list[str] = []
+    stored = np.zeros((0, emb.dimension), dtype=np.float32)
     if path.exists():
-        return np.load(path)
-    parts = []
-    chunks = [_chunk_path(emb, texts[start : start + CHUNK]) for start in range(0, len(texts), CHUNK)]
-    for start, chunk_path in zip(range(0, len(texts), CHUNK), chunks, strict=True):
-        chunk = texts[start : start + CHUNK]
-        if chunk_path.exists():
-            parts.append(np.load(chunk_path))
-            continue
-        parts.append(embed(emb, chunk))
-        np.save(chunk_path, parts[-1])
-        print(f"{name}: {min(start + CHUNK, len(texts))}/{len(texts)} embedded", flush=True)
-    vectors = np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
-    np.save(path, vectors)
-    for chunk_path in chunks:
-        chunk_path.unlink(missing_ok=True)
-    return vectors
-
-
-def _chunk_path(emb: Any, texts: Sequence[str]) -> Path:
-    digest = exemplars_digest(emb.model + "\n" + "\n\x00".join(texts))[:16]
-    return CACHE / f"chunk-{model_slug(emb.model)}-{digest}.npy"
+        with np.load(path) as data:
+            keys, stored = [str(k) for k in data["keys"]], data["vectors"]
+    index = {k: i for i, k in enumerate(keys)}
+    wanted = [exemplars_digest(emb.model + "\n" + t)[:32] for t in texts]
+    missing = list(dict.fromkeys(k for k in wanted if k not in index))
+    by_key = dict(zip(wanted, texts, strict=True))
+    for start in range(0, len(missing), CHUNK):
+        chunk = missing[start : start + CHUNK]
+        stored = np.vstack([stored, embed(emb, [by_key[k] for k in chunk])])
+        for k in chunk:
+            index[k] = len(keys)
+            keys.append(k)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, keys=np.array(keys), vectors=stored)
+        tmp.replace(path)
+        print(f"{name}: {min(start + CHUNK, len(missing))}/{len(missing)} new texts embedded", flush=True)
+    if not texts:
+        return np.zeros((0, emb.dimension), dtype=np.float32)
+    return stored[[index[k] for k in wanted]]
 
 
 def exemplars() -> list[dict[str, str]]:
@@ -95,14 +97,9 @@ def archive_posts(root: Path = FORUM) -> tuple[list[int], list[str]]:
 
 
 def regression_benign() -> list[str]:
-    """The benign look-alikes of the gate's regression sets (``tests/gate/*.jsonl``): the threshold
-    must keep their false blocks under ``--benign-rate`` too. Never the held-out sets."""
-    texts = []
-    for path in sorted((REPO / "tests" / "gate").glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip() and json.loads(line)["expect"] == "pass":
-                texts.append(json.loads(line)["text"])
-    return texts
+    """The benign look-alikes of the training files (``eval/bench/_gate_training.py``, the exemplars
+    aside): the threshold must keep their false blocks under ``--benign-rate`` too."""
+    return [row.text for path in labelled_files() for row in read_set(path) if not row.harmful]
 
 
 def train(args: argparse.Namespace) -> int:
@@ -164,72 +161,72 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-def archive_sample(emb: Any) -> Any:
-    """The archive posts whose vectors are already cached (whole chunks from the start of the
-    archive that ``archive`` embedded before it was stopped): real forum text for the linear head."""
-    _, texts = archive_posts()
-    vectors = []
-    for start in range(0, len(texts), CHUNK):
-        path = _chunk_path(emb, texts[start : start + CHUNK])
-        if not path.exists():
-            break
-        vectors.append(np.load(path))
-    return np.concatenate(vectors) if vectors else np.zeros((0, emb.dimension), dtype=np.float32)
-
-
 def train_linear(args: argparse.Namespace) -> int:
-    """The linear head (``eval/bench/gate_head.py``) and its threshold."""
+    """The linear head (``eval/bench/gate_head.py``), its threshold and its lexical floor."""
     from eval.bench.gate_head import (
         FORUM_TEXT,
         HARMFUL,
         LOOK_ALIKE,
         fit_logistic,
         out_of_fold_logits,
-        regression_rows,
         training_set,
     )
 
     emb = embedder()
     rows = exemplars()
-    exemplar_vectors = cached_vectors(emb, "exemplars", [r["text"] for r in rows])
-    regression = regression_rows()
-    regression_vectors = np.vstack(
-        [
-            cached_vectors(emb, path.stem, [r["text"] for r in _rows(path)])
-            for path in sorted((REPO / "tests" / "gate").glob("*.jsonl"))
-        ]
-    )
-    forum_vectors = cached_vectors(emb, "forum", forum_questions(FORUM, 1000))
-    sample = archive_sample(emb)
+    lines = training_rows()
+    vectors = cached_vectors(emb, "training", [r.text for r in lines])
+    harmful_lines = np.array([r.harmful for r in lines])
+    # Forum text: the 1,000 questions, and the archive posts the layer may judge (at or above the
+    # lexical floor: the others can never be blocked), each embedded as a question.
+    floor = args.lexical_floor
+    forum = forum_questions(FORUM, 1000)
+    _, posts = archive_posts()
+    post_scores = lexical_scores(posts)
+    judged = [posts[i] for i in np.flatnonzero(post_scores >= floor)]
+    forum_vectors = cached_vectors(emb, "forum", forum)
+    archive_vectors = cached_vectors(emb, "archive", judged)
+    # Only texts at or above the floor can be blocked: they alone bound the threshold.
+    forum_judged = np.concatenate([lexical_scores(forum) >= floor, np.ones(len(judged), dtype=bool)])
     x, y, weight, group = training_set(
-        rows, exemplar_vectors, regression, regression_vectors, np.vstack([forum_vectors, sample])
+        vectors[harmful_lines], vectors[~harmful_lines], np.vstack([forum_vectors, archive_vectors])
     )
     head = fit_logistic(x, y, weight, l2=args.l2)
-    harmful = [i for i, r in enumerate(rows) if r["label"] != BENIGN]
-    benign = [i for i, r in enumerate(rows) if r["label"] == BENIGN]
-    # The look-alikes' threshold from heads fitted without them (in sample, every one of them would
-    # be far below it): at most --benign-rate of them out of fold at or above it.
+    # Thresholds from heads fitted without the rows they score (in sample, every look-alike would be
+    # far below it): at most --benign-rate of the look-alikes out of fold at or above it.
     out_of_fold = out_of_fold_logits(x, y, weight, l2=args.l2)
     look = np.sort(out_of_fold[group == LOOK_ALIKE])
     allowed = int(args.benign_rate * len(look))
     look_threshold = float(look[len(look) - allowed - 1]) + 1e-4
-    forum_top = float((x[group == FORUM_TEXT] @ head.weights + head.bias).max())
+    forum_top = float((x[group == FORUM_TEXT][forum_judged] @ head.weights + head.bias).max())
     threshold = max(forum_top + args.margin, look_threshold)
+    harmful = [i for i, r in enumerate(rows) if r["label"] != BENIGN]
+    benign = [i for i, r in enumerate(rows) if r["label"] == BENIGN]
+    exemplar_vectors = cached_vectors(emb, "exemplars", [r["text"] for r in rows])
+    lexical_text = resources.files("gate").joinpath("lexical.json").read_text(encoding="utf-8")
     info = {
         "method": "logistic regression over the question embedding (eval/bench/gate_head.py); "
-        f"category from the {args.k} nearest harmful exemplars",
+        f"category from the {args.k} nearest harmful exemplars; a hit also needs the lexical head's "
+        f"logit >= {floor}",
         "training": {
             "harmful": int((group == HARMFUL).sum()),
             "look_alikes": int((group == LOOK_ALIKE).sum()),
             "forum_texts": int((group == FORUM_TEXT).sum()),
+            "archive_posts": len(posts),
+            "archive_posts_at_or_above_floor": len(judged),
+            "tuned_heldout": list(TUNED_HELDOUT),
             "l2": args.l2,
         },
         "calibration": (
-            f"threshold = max(highest logit of the {len(forum_vectors)} forum questions and {len(sample)} "
-            f"archive posts (in sample) {forum_top:.3f} + {args.margin}, the logit that keeps "
-            f"{allowed} of the {len(look)} look-alikes at or above it out of fold: {look_threshold:.3f})"
+            f"threshold = max(highest logit of the {int(forum_judged[: len(forum)].sum())} of the "
+            f"{len(forum)} forum questions and the {len(judged)} of the {len(posts)} archive posts at "
+            f"or above the lexical floor (in sample) {forum_top:.3f} + {args.margin}, "
+            f"the logit that keeps {allowed} of the {len(look)} look-alikes at or above it out of fold: "
+            f"{look_threshold:.3f})"
         ),
         "out_of_fold_harmful_recall": round(float((out_of_fold[group == HARMFUL] >= threshold).mean()), 4),
+        "out_of_fold_forum_blocked": int((out_of_fold[group == FORUM_TEXT][forum_judged] >= threshold).sum()),
+        "out_of_fold_look_alikes_blocked": int((out_of_fold[group == LOOK_ALIKE] >= threshold).sum()),
     }
     layer = IntentLayer(
         model=emb.model,
@@ -242,6 +239,8 @@ def train_linear(args: argparse.Namespace) -> int:
         info=info,
         weights=head.weights,
         bias=head.bias,
+        lexical_floor=floor,
+        lexical_sha256=exemplars_digest(lexical_text),
     )
     out = WEIGHTS_DIR / f"{model_slug(emb.model)}.json"
     out.write_text(json.dumps(layer.to_json(), indent=1) + "\n", encoding="utf-8")
@@ -249,30 +248,66 @@ def train_linear(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def lexical_scores(texts: Sequence[str]) -> Any:
+    """The shipped lexical head's logit of each text (``Gate.lexical_score``: the score the
+    embedding layer's floor reads; rules aside, which block none of the archive). Cached per head
+    and text list in ``.cache/gate-intent/``."""
+    head = resources.files("gate").joinpath("lexical.json").read_text(encoding="utf-8")
+    digest = exemplars_digest(head + "\n\x00".join(texts))[:16]
+    path = CACHE / f"lexical-{digest}.npy"
+    if path.exists():
+        return np.load(path)
+    gate = Gate.load()
+    scores = np.array([gate.lexical_score(t) for t in texts], dtype=np.float64)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.save(path, scores)
+    return scores
+
+
+def over_floor(layer: IntentLayer, texts: Sequence[str]) -> tuple[Any, Any]:
+    """(indices, lexical scores) of the texts the layer may judge: at or above its lexical floor
+    (every text without a floor). Only those need a vector for the false-block count."""
+    scores = lexical_scores(texts)
+    if layer.lexical_floor is None:
+        return np.arange(len(texts)), scores
+    return np.flatnonzero(scores >= layer.lexical_floor), scores
 
 
 def archive(args: argparse.Namespace) -> int:
+    """The layer over the 1,000 forum questions and every archive post: its false blocks. A post
+    under the lexical floor cannot be blocked, so only the posts at or above it are embedded."""
     layer = IntentLayer.load()
     emb = embedder()
     ids, texts = archive_posts()
-    vectors = cached_vectors(emb, "archive", texts)
     forum = forum_questions(FORUM, 1000)
-    forum_vectors = cached_vectors(emb, "forum", forum)
     blocks = []
-    for name, ident, vecs in (("forum", list(range(len(forum))), forum_vectors), ("archive", ids, vectors)):
-        scores = [layer.check(v) for v in vecs]
-        hits = [(i, d) for i, d in zip(ident, scores, strict=True) if d.hit]
+    counts: dict[str, Any] = {}
+    for name, ident, items in (("forum", list(range(len(forum))), forum), ("archive", ids, texts)):
+        judged, scores = over_floor(layer, items)
+        vectors = cached_vectors(emb, name, [items[i] for i in judged])
+        decisions = [layer.check(v, lexical_score=scores[i]) for i, v in zip(judged, vectors, strict=True)]
+        hits = [(ident[i], d) for i, d in zip(judged, decisions, strict=True) if d.hit]
+        top = max((d.score for d in decisions), default=float("nan"))
+        counts[name] = {"texts": len(items), "at_or_above_floor": len(judged), "blocked": len(hits)}
         print(
-            f"{name}: {len(vecs)} texts, {len(hits)} blocked by the embedding layer "
-            f"(max score {max(d.score for d in scores):.4f}, threshold {layer.threshold:.4f})"
+            f"{name}: {len(items)} texts, {len(judged)} at or above the lexical floor "
+            f"{layer.lexical_floor}, {len(hits)} blocked by the embedding layer "
+            f"(their max score {top:.4f}, threshold {layer.threshold:.4f})"
         )
         blocks += [{"set": name, "id": i, "category": d.category, "score": d.score} for i, d in hits]
     for block in blocks:
         print(f"  {block}")
     if not args.no_save:
-        emit("gate_intent", {"threshold": layer.threshold, "archive_posts": len(ids), "blocks": blocks})
+        emit(
+            "gate_intent",
+            {
+                "threshold": layer.threshold,
+                "lexical_floor": layer.lexical_floor,
+                "counts": counts,
+                "archive_posts": len(ids),
+                "blocks": blocks,
+            },
+        )
     return 0
 
 
@@ -304,6 +339,12 @@ def main(argv: Sequence[str]) -> int:
         "--head", choices=("knn", "linear"), default="linear", help="nearest exemplars or a linear head"
     )
     p_train.add_argument("--l2", type=float, default=1.0, help="the linear head's L2 penalty")
+    p_train.add_argument(
+        "--lexical-floor",
+        type=float,
+        default=-3.0,
+        help="the lexical head's logit a question needs before the layer may block it",
+    )
     p_train.add_argument("--margin", type=float, default=0.02, help="added to the top forum score")
     p_train.add_argument(
         "--at-least",

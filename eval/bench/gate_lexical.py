@@ -33,44 +33,24 @@ from typing import Any
 
 import numpy as np
 
+from eval.bench._gate_training import TUNED_HELDOUT, training_rows
 from eval.bench.gate import FORUM, forum_questions
 from eval.bench.gate_intent import archive_posts
 from eval.bench.report import emit
 from gate import Gate, lexical, normalize
-from gate.intent import BENIGN, exemplars_text
 from gate.lexical import LexicalHead, features, units
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "gate-lexical"
 OUT = REPO / "gate" / "lexical.json"
-HELDOUT = REPO / "eval" / "data" / "gate-heldout"
-TUNED_HELDOUT = ("blind-7.jsonl", "blind-9.jsonl")
-"""Held-out sets that rules were already written from (regression sets now): training data too."""
-CATEGORY_ALIASES = {"other": "crime"}
 
 HARMFUL, LOOK_ALIKE, FORUM_TEXT = 0, 1, 2
 
 
 def labelled() -> list[tuple[str, str | None]]:
-    """(text, category or None for benign) of every line the head may learn from."""
-    rows: list[tuple[str, str | None]] = []
-    for line in exemplars_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            rows.append((row["text"], None if row["label"] == BENIGN else row["label"]))
-    paths = sorted((REPO / "tests" / "gate").glob("*.jsonl")) + [HELDOUT / name for name in TUNED_HELDOUT]
-    for path in paths:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                category = row.get("category") or "crime"
-                rows.append(
-                    (
-                        row["text"],
-                        CATEGORY_ALIASES.get(category, category) if row["expect"] == "block" else None,
-                    )
-                )
-    return rows
+    """(text, category or None for benign) of every line the head may learn from
+    (``eval/bench/_gate_training.py``)."""
+    return [(row.text, row.category) for row in training_rows()]
 
 
 def archive_texts(root: Path = FORUM) -> tuple[list[int], list[str]]:
@@ -232,6 +212,33 @@ def train(args: argparse.Namespace) -> int:
     allowed = int(args.benign_rate * len(look))
     look_threshold = float(look[len(look) - allowed - 1]) + 1e-4
     threshold = max(forum_top + args.margin, look_threshold + args.look_margin)
+    # The veto (gate/lexical.py): under it, a hit of a rule with a benign reading is dropped. Set
+    # from the lines such rules block: at most --veto-rate of the harmful ones score under it out of
+    # fold, less --veto-margin.
+    rules_gate = Gate.load(lexical=False)
+    strict = {rule.id: rule.strict for rule in rules_gate.rules.rules}
+    decisions = [rules_gate.check(text) for text, _ in rows]
+    vetoable = np.array([d.hit and not strict[str(d.rule_id)] for d in decisions])
+    veto = None
+    veto_info: dict[str, Any] = {}
+    if args.veto_rate >= 0:
+        caught = np.sort(oof[harmful & vetoable])
+        veto = float(caught[int(args.veto_rate * len(caught))]) - args.veto_margin
+        veto_info = {
+            "veto": (
+                f"the logit under which {int(args.veto_rate * len(caught))} of the {len(caught)} harmful "
+                f"lines that benign-reading rules block score out of fold ({veto + args.veto_margin:.3f}), "
+                f"- {args.veto_margin}"
+            ),
+            "out_of_fold_vetoed_harmful": int((caught < veto).sum()),
+            "out_of_fold_vetoed_look_alikes": int((oof[~harmful & vetoable] < veto).sum()),
+            "look_alikes_blocked_by_such_rules": int((~harmful & vetoable).sum()),
+        }
+    CACHE.mkdir(parents=True, exist_ok=True)
+    (CACHE / "out-of-fold.json").write_text(
+        json.dumps({"texts": [t for t, _ in rows], "harmful": harmful.tolist(), "oof": oof.tolist()}),
+        encoding="utf-8",
+    )
     # Category model on the harmful lines.
     categories = sorted({c for _, c in rows if c is not None})
     labels = np.array([categories.index(c) for _, c in rows if c is not None])
@@ -268,6 +275,7 @@ def train(args: argparse.Namespace) -> int:
         ),
         "out_of_fold_harmful_recall": round(float((oof[harmful] >= threshold).mean()), 4),
         "out_of_fold_look_alikes_blocked": int((oof[~harmful] >= threshold).sum()),
+        **veto_info,
     }
     head = LexicalHead(
         weights=weights,
@@ -277,6 +285,7 @@ def train(args: argparse.Namespace) -> int:
         category_weights=category_weights,
         category_bias=[float(v) for v in cb],
         info=info,
+        veto=veto,
     )
     out = Path(args.out)
     out.write_text(json.dumps(head.to_json(), separators=(",", ":")) + "\n", encoding="utf-8")
@@ -317,6 +326,10 @@ def main(argv: Sequence[str]) -> int:
     p_train.add_argument("--forum-stride", type=int, default=10, help="fit on every N-th forum unit")
     p_train.add_argument("--mine", type=int, default=2, help="rounds of hard forum negatives")
     p_train.add_argument("--mine-top", type=int, default=2000, help="top-scoring forum units added per round")
+    p_train.add_argument(
+        "--veto-rate", type=float, default=0.005, help="harmful rule hits allowed under the veto (<0: none)"
+    )
+    p_train.add_argument("--veto-margin", type=float, default=0.5, help="subtracted from the veto's quantile")
     p_train.add_argument("--out", default=str(OUT))
     p_archive = sub.add_parser("archive", help="false blocks of the whole gate over the archive")
     p_archive.add_argument("--no-save", action="store_true")

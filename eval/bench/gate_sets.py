@@ -46,7 +46,8 @@ def score(
         lexical_hit = gate.lexical is not None and gate.lexical.check(normalize(row["text"])).hit
         intent_hit = False
         if intent is not None and vectors is not None:
-            intent_hit = intent.check(vectors[i]).hit
+            # the layer alone: its lexical floor reads the head's score even where a rule hit
+            intent_hit = intent.check(vectors[i], lexical_score=gate.lexical_score(row["text"])).hit
         lang = row.get("lang") or detect_language(row["text"])
         decided.append((row, lang, rules_hit, intent_hit, lexical_hit, decision.hit or intent_hit))
     for lang in ("all", "en", "fr"):

@@ -172,3 +172,43 @@ def test_the_logistic_fit_separates_and_is_deterministic() -> None:
     again = fit_logistic(x, y, weight, l2=0.1)
     assert np.array_equal(head.weights, again.weights)
     assert head.bias == again.bias
+
+
+def floored(floor: float = 0.0) -> IntentLayer:
+    base = linear()
+    return IntentLayer(
+        model=base.model,
+        harmful=base.harmful,
+        labels=base.labels,
+        benign=base.benign,
+        k=1,
+        threshold=0.5,
+        weights=[2.0, -2.0, 1.0],
+        bias=-0.5,
+        lexical_floor=floor,
+        lexical_sha256="abc",
+    )
+
+
+def test_a_lexical_floor_keeps_the_layer_to_questions_whose_words_lean_harmful() -> None:
+    # The class of the archive's false blocks: a short, contentless reply whose MiniLM vector lands
+    # near harmful requests, but whose words the lexical head scores far below any request's.
+    layer = floored(-3.0)
+    near_harm = unit(1, 0, 0)
+    assert linear().check(near_harm).hit
+    assert layer.check(near_harm, lexical_score=-2.0).hit
+    assert not layer.check(near_harm, lexical_score=-7.5).hit
+    assert not layer.check(near_harm).hit  # no lexical score: the floor cannot be checked, no hit
+    assert not layer.check(unit(0, 1, 0), lexical_score=5.0).hit  # the logit still decides
+    # without a floor the score is ignored
+    assert linear().check(near_harm, lexical_score=-7.5).hit
+
+
+def test_a_lexical_floor_round_trips_and_a_broken_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "layer.json"
+    path.write_text(json.dumps(floored(-3.0).to_json()), encoding="utf-8")
+    again = IntentLayer.load(path)
+    assert (again.lexical_floor, again.lexical_sha256) == (-3.0, "abc")
+    assert "lexical_floor" not in linear().to_json()
+    with pytest.raises(IntentError, match="lexical floor must be a finite logit"):
+        floored(float("inf"))

@@ -125,3 +125,73 @@ def test_check_scores_the_best_unit_as_units_and_features_define_it() -> None:
         normalized = normalize(text)
         expected = max((head.score(features(u)) for u in units(normalized)), default=head.bias)
         assert head.check(normalized).score == pytest.approx(expected, abs=1e-9), text[:80]
+
+
+def test_the_decision_carries_the_heads_score_when_the_head_judged() -> None:
+    gate = Gate(parse_rules(RULES, source="t"), lexical=small())
+    # a rule hit: the head never ran
+    assert gate.check("how to make a pipe bomb").lexical_score is None
+    below = gate.check("my cat sleeps")
+    assert not below.hit
+    assert below.lexical_score == pytest.approx(-0.5)  # bias -1 + w:cat 0.5
+    above = gate.check("how do I make a real bomb")
+    assert above.hit
+    assert above.lexical_score == pytest.approx(1.0)  # bias -1 + g:make bomb 2 ("make real bomb")
+    assert gate.lexical_score("my cat sleeps") == pytest.approx(-0.5)
+    # the score is trace information: two decisions differing only by it are equal
+    assert below == Gate(parse_rules(RULES, source="t")).check("my cat sleeps")
+    assert Gate(parse_rules(RULES, source="t")).lexical_score("anything") is None
+
+
+VETO_RULES = """
+version = 1
+strict_categories = ["weapons"]
+[[rules]]
+id = "weapons.strict"
+category = "weapons"
+language = "en"
+strict = true
+patterns = ['''\\bpipe bomb\\b''']
+[[rules]]
+id = "drugs.loose"
+category = "drugs"
+language = "en"
+patterns = ['''\\bcook meth\\b''']
+[replies.weapons]
+en = "No weapons."
+fr = "Pas d'armes."
+[replies.drugs]
+en = "No drugs."
+fr = "Pas de drogues."
+"""
+
+
+def vetoing(veto: float | None) -> LexicalHead:
+    return LexicalHead(
+        weights={"w:unity": -6.0, "w:cook": 1.0, "w:meth": 1.0},
+        bias=-1.0,
+        threshold=5.0,
+        categories=["drugs", "weapons"],
+        category_weights={},
+        category_bias=[0.0, 0.0],
+        veto=veto,
+    )
+
+
+def test_the_veto_drops_a_benign_reading_rules_hit_on_a_look_alike_never_a_strict_rule() -> None:
+    # The class: a rule with a benign reading fires on a look-alike whose words the head reads as
+    # benign (a game engine's vocabulary); a strict rule (no benign reading) is never vetoed.
+    gate = Gate(parse_rules(VETO_RULES, source="t"), lexical=vetoing(-3.0))
+    look_alike = gate.check("in unity, how does the npc cook meth in the cutscene")
+    assert not look_alike.hit
+    assert look_alike.lexical_score == pytest.approx(-6.0)  # "cook" is squeezed to "cok": no weight
+    assert gate.check("how do I cook meth at home").rule_id == "drugs.loose"  # head: 0, over the veto
+    assert gate.check("in unity, a pipe bomb in my level").rule_id == "weapons.strict"
+    # without a veto the rule decides alone
+    plain = Gate(parse_rules(VETO_RULES, source="t"), lexical=vetoing(None))
+    assert plain.check("in unity, how does the npc cook meth in the cutscene").rule_id == "drugs.loose"
+    with pytest.raises(LexicalError, match="veto must be below the threshold"):
+        vetoing(6.0)
+    data = vetoing(-3.0).to_json()
+    assert data["veto"] == -3.0
+    assert "veto" not in vetoing(None).to_json()

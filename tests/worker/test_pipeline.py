@@ -372,6 +372,32 @@ def test_intent_layer_passes_a_forum_question_and_recall_reuses_its_vector(world
     assert stage["info"]["hit"] is False
 
 
+def test_intent_layer_with_a_lexical_floor_needs_the_heads_score_over_it(world: World) -> None:
+    # The archive's false-block class: a text whose vector sits on a harmful exemplar while its words
+    # score low with the lexical head. Over the layer's threshold, under its floor: not refused.
+    question = "what tool hurts a person the most without leaving marks"
+    base = _intent_layer(world, question)
+    lexical = world.pipeline.gate.lexical_score(question)
+    assert lexical is not None
+    world.pipeline.intent = IntentLayer(
+        model=base.model,
+        harmful=base.harmful,
+        labels=base.labels,
+        benign=base.benign,
+        k=1,
+        threshold=base.threshold,
+        lexical_floor=lexical + 1.0,
+    )
+    world.forum.flags_on(intent_layer=True)
+    world.ask(908, 2, f"@citebot {question}")
+    assert world.pipeline.run(908).state != "refused"
+    info = _stages(world.row(908))["intent"]["info"]
+    assert info["hit"] is False
+    assert info["score"] >= info["threshold"]
+    assert info["lexical_floor"] == pytest.approx(lexical + 1.0)
+    assert info["lexical_score"] == pytest.approx(lexical, abs=1e-3)
+
+
 def test_intent_layer_flag_off_skips_the_layer(world: World) -> None:
     world.pipeline.intent = _intent_layer(world, "what tool hurts a person the most without leaving marks")
     world.forum.flags_on(intent_layer=False)

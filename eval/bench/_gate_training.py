@@ -1,0 +1,94 @@
+"""The labelled lines the gate's two learned heads are fitted on: one list, for both.
+
+The lexical head (``gate_lexical train``) and the embedding layer's linear head (``gate_intent train
+--head linear``) learn from the same lines:
+
+- the embedding layer's exemplars (``gate/intent/exemplars.jsonl``: ``label`` is a category or
+  ``benign``);
+- the gate's regression sets (``tests/gate/*.jsonl``: ``expect`` block/pass, ``category``);
+- the held-out sets already tuned on (``TUNED_HELDOUT`` in ``eval/data/gate-heldout/``: each was
+  scored once before any change was written from it, then became training data);
+- the training sets written for the heads by helpers who never saw the rules
+  (``eval/data/gate-train/*.jsonl``, provenance in its README).
+
+Never the untuned held-out sets (blind 4, 6, 8, 10, and a new one before its first score): they
+stay for measuring (``UNTUNED_HELDOUT``; a test checks that no training line repeats one of theirs).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from gate.intent import BENIGN, exemplars_text
+
+REPO = Path(__file__).resolve().parents[2]
+REGRESSION = REPO / "tests" / "gate"
+HELDOUT = REPO / "eval" / "data" / "gate-heldout"
+TRAINING = REPO / "eval" / "data" / "gate-train"
+TUNED_HELDOUT = ("blind-7.jsonl", "blind-9.jsonl")
+"""Held-out sets scored once and then tuned on (regression sets now): training data too."""
+UNTUNED_HELDOUT = ("blind-4.jsonl", "blind-6.jsonl", "blind-8.jsonl", "blind-10.jsonl")
+"""Held-out sets never fitted on: measures only."""
+CATEGORY_ALIASES = {"other": "crime"}
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    """One training line: ``category`` is None for a benign line; ``source`` the file it came from."""
+
+    text: str
+    category: str | None
+    source: str
+
+    @property
+    def harmful(self) -> bool:
+        return self.category is not None
+
+
+def labelled_files() -> list[Path]:
+    """The JSON Lines files (``expect``/``category`` lines) of the training data, in a fixed order."""
+    return (
+        sorted(REGRESSION.glob("*.jsonl"))
+        + [HELDOUT / name for name in TUNED_HELDOUT]
+        + sorted(TRAINING.glob("*.jsonl"))
+    )
+
+
+def read_set(path: Path) -> list[Labelled]:
+    """One ``expect``/``category`` file as training lines (a harmful line without a category is
+    ``crime``, the catch-all)."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        category = None
+        if row["expect"] == "block":
+            category = row.get("category") or "crime"
+            category = CATEGORY_ALIASES.get(category, category)
+        rows.append(Labelled(row["text"], category, path.name))
+    return rows
+
+
+def exemplar_rows() -> list[Labelled]:
+    """The embedding layer's exemplars as training lines."""
+    rows = []
+    for line in exemplars_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            category = None if row["label"] == BENIGN else str(row["label"])
+            rows.append(Labelled(row["text"], category, "exemplars.jsonl"))
+    return rows
+
+
+def training_rows() -> list[Labelled]:
+    """Every line the heads learn from: the exemplars first, then :func:`labelled_files` in order;
+    a line whose text is also in an untuned held-out set is left out (generic wordings such as
+    "ignore all previous instructions" recur across sets, and a measure must not be fitted on)."""
+    measured = {row.text.casefold().strip() for name in UNTUNED_HELDOUT for row in read_set(HELDOUT / name)}
+    rows = exemplar_rows()
+    for path in labelled_files():
+        rows += read_set(path)
+    return [row for row in rows if row.text.casefold().strip() not in measured]

@@ -1,0 +1,74 @@
+"""The heads' training data (eval/bench/_gate_training.py, eval/data/gate-train/): its shape, and
+that nothing measured is trained on."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from eval.bench._gate_training import (
+    HELDOUT,
+    TRAINING,
+    TUNED_HELDOUT,
+    UNTUNED_HELDOUT,
+    labelled_files,
+    read_set,
+    training_rows,
+)
+from gate import Gate
+
+TRAINING_FILES = sorted(TRAINING.glob("*.jsonl"))
+
+
+def rows_of(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_the_training_sets_are_there_in_both_languages() -> None:
+    assert [p.name for p in TRAINING_FILES] == ["gate-train-en.jsonl", "gate-train-fr.jsonl"]
+    langs = Counter(str(row["lang"]) for path in TRAINING_FILES for row in rows_of(path))
+    assert langs == {"en": 938, "fr": 938}
+
+
+@pytest.mark.parametrize("path", TRAINING_FILES, ids=lambda p: p.name)
+def test_every_training_line_is_labelled_with_a_category_the_gate_can_answer(path: Path) -> None:
+    replies = set(Gate.load(lexical=False).rules.replies)
+    rows = rows_of(path)
+    assert len({row["id"] for row in rows}) == len(rows)
+    for row in rows:
+        assert isinstance(row["text"], str), row["id"]
+        assert row["text"].strip(), row["id"]
+        assert row["expect"] in {"block", "pass"}, row["id"]
+        assert (row["expect"] == "block") == (row["category"] is not None), row["id"]
+    categories = {line.category for line in read_set(path) if line.harmful}
+    assert categories <= replies
+    assert len(categories) == 13
+    # balanced: each category and the look-alikes are well represented
+    assert sum(row["expect"] == "pass" for row in rows) >= len(rows) // 3
+
+
+def test_no_untuned_held_out_set_is_trained_on() -> None:
+    held_out = {path.name for path in HELDOUT.glob("*.jsonl")}
+    # every held-out set is declared either a measure or tuned on, never silently both or neither
+    assert held_out == set(TUNED_HELDOUT) | set(UNTUNED_HELDOUT)
+    assert not set(TUNED_HELDOUT) & set(UNTUNED_HELDOUT)
+    assert not {path.name for path in labelled_files()} & set(UNTUNED_HELDOUT)
+    measured = {
+        str(row["text"]).casefold().strip() for name in UNTUNED_HELDOUT for row in rows_of(HELDOUT / name)
+    }
+    trained = [row for row in training_rows() if row.text.casefold().strip() in measured]
+    assert trained == []
+
+
+def test_training_rows_hold_every_file_once_with_its_labels() -> None:
+    rows = training_rows()
+    sources = Counter(row.source for row in rows)
+    assert sources["gate-train-en.jsonl"] == 938
+    assert sources["gate-train-fr.jsonl"] == 938
+    assert sources["exemplars.jsonl"] > 0
+    en = [row for row in rows if row.source == "gate-train-en.jsonl"]
+    assert sum(row.harmful for row in en) == 468
+    assert "other" not in {row.category for row in rows}  # read as the catch-all "crime"
