@@ -500,7 +500,7 @@ def plot(measured: list[dict[str, Any]], path: Path, extrapolate_to: int = 0) ->
         line(left, [(n, r["server_p50_ms"]) for n, r, _ in pts], f"{kind} p50 server", "--", ".", colour)
         line(right, [(n, gb) for n, _, gb in pts], f"{kind} HNSW index", "-", "o", colour)
     table = [(m["n"], m["table_bytes_per_post"] * m["n"] / 2**30) for m in measured]
-    line(right, table, "table", "-", "x", "black")
+    line(right, table, "table (heap)", "--", "x", "grey")  # dashed: at 1024-d the halfvec index's twin
     for ax in (left, right):
         ax.set_xscale("log")
         ax.set_yscale("log")
