@@ -4,7 +4,7 @@
 
   - harmful (label 1): the harmful exemplars (``gate/intent/exemplars.jsonl``), the harmful lines of
     the regression sets (``tests/gate/*.jsonl``) and of the held-out sets already tuned on
-    (``TUNED_HELDOUT``); never the untuned held-out sets (blind 4, 6, 8), which stay for measuring;
+    (``TUNED_HELDOUT``); never the untuned held-out sets (``UNTUNED_HELDOUT``), which stay for measuring;
   - look-alikes (label 0): the benign lines of the same files;
   - forum text (label 0): every unit (sentence, pair of sentences) of every post of the Urho3D
     archive and of the 1,000 forum questions of ``python -m eval.bench gate``.

@@ -212,3 +212,14 @@ def test_a_lexical_floor_round_trips_and_a_broken_one_is_refused(tmp_path: Path)
     assert "lexical_floor" not in linear().to_json()
     with pytest.raises(IntentError, match="lexical floor must be a finite logit"):
         floored(float("inf"))
+
+
+def test_the_shipped_layers_floor_was_set_for_the_shipped_lexical_head() -> None:
+    # The floor is a logit of one lexical head: refitting the head without recalibrating the layer
+    # (`python -m eval.bench gate_intent train`) would move every question against it.
+    from importlib import resources
+
+    layer = IntentLayer.load()
+    head = resources.files("gate").joinpath("lexical.json").read_text(encoding="utf-8")
+    assert layer.lexical_floor is not None
+    assert layer.lexical_sha256 == exemplars_digest(head)
