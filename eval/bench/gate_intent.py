@@ -1,13 +1,16 @@
 """``python -m eval.bench gate_intent {train,archive,time}``: fit, calibrate and check the gate's
 embedding layer (``gate/intent.py``) with the local embedder (the ``.[local]`` extra).
 
-- ``train``: embeds ``gate/intent/exemplars.jsonl`` (as questions, like the pipeline) and sets the
-  threshold: above the highest score of the 1,000 forum questions of ``python -m eval.bench gate``
-  (plus ``--margin``), and high enough that at most ``--benign-rate`` of the benign look-alikes of
-  the regression sets (``tests/gate/*.jsonl``) reach it. Writes ``gate/intent/<model>.json``.
-- ``archive``: scores every post of the Urho3D archive (cooked HTML to text, embedded as a question)
-  and lists those the layer would block: the false-block check over the whole archive. Vectors are
-  cached in ``.cache/gate-intent/`` (embedding 37k posts takes a while on a CPU).
+- ``train`` (``--head linear``, the default): fits the linear head (``eval/bench/gate_head.py``) on
+  the lines of ``eval/bench/_gate_training.py`` and the forum texts the layer may judge (the 1,000
+  forum questions of ``python -m eval.bench gate`` and the archive posts at or above
+  ``--lexical-floor``, the lexical head's logit a hit needs), and sets the threshold above every one
+  of those and at ``--benign-rate`` of the look-alikes out of fold. ``--head knn`` keeps the first
+  session's nearest-exemplar score. Writes ``gate/intent/<model>.json``.
+- ``archive``: the layer over the 1,000 forum questions and every post of the Urho3D archive
+  (cooked HTML to text, embedded as a question): its false blocks. Only the texts at or above the
+  lexical floor are embedded, since no other can be blocked. Vectors are cached per text in
+  ``.cache/gate-intent/``.
 - ``time``: the layer's cost per question, apart from the embedding the pipeline computes anyway.
 """
 
