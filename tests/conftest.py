@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import itertools
 import logging
 import os
-import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis as redis_lib
@@ -90,11 +89,31 @@ def _delete_namespace(client: redis_lib.Redis) -> None:
 @pytest.fixture
 def redis_url(redis_server: str) -> Iterator[str]:
     """The test Redis; every key under this session's namespace is deleted before and after the test."""
-    client = redis_lib.Redis.from_url(redis_server)
-    _delete_namespace(client)
-    yield redis_server
-    _delete_namespace(client)
-    client.close()
+    with redis_lib.Redis.from_url(redis_server) as client:
+        _delete_namespace(client)
+        yield redis_server
+        _delete_namespace(client)
+
+
+RedisClients = Callable[..., redis_lib.Redis]
+
+
+@pytest.fixture
+def redis_client() -> Iterator[RedisClients]:
+    """Sync Redis clients for one test, each closed at its teardown: ``redis_client(url, **options)``
+    takes ``Redis.from_url``'s arguments. A test never drops a client for the garbage collector: one
+    freed inside a reference cycle warns of its unclosed socket at some later collection, under another
+    test or after the last one, where the warning fails the run."""
+    clients: list[redis_lib.Redis] = []
+
+    def connect(url: str, **options: Any) -> redis_lib.Redis:
+        client = redis_lib.Redis.from_url(url, **options)
+        clients.append(client)
+        return client
+
+    yield connect
+    for client in clients:
+        client.close()
 
 
 def make_settings(db_url: str, redis_url: str, **overrides: object) -> Settings:
@@ -111,14 +130,3 @@ def make_settings(db_url: str, redis_url: str, **overrides: object) -> Settings:
 @pytest.fixture
 def settings(db_url: str, redis_url: str) -> Settings:
     return make_settings(db_url, redis_url)
-
-
-@pytest.hookimpl(trylast=True)  # after the session's fixtures are torn down
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    # Some tests drop a Redis client without closing it; one that sits in a reference cycle is freed
-    # only by the final collection, where pytest turns its socket's ResourceWarning into a failed run
-    # after every test passed (seen twice on 2026-12-01, the leaking test not yet found). Collect here,
-    # before pytest's own check, with that one warning silenced; a leak inside a test still fails it.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()

@@ -135,9 +135,9 @@ def replied_posts(forum_db_url: str, asked: list[Asked]) -> dict[int, list[float
 def queued_messages(redis_url: str) -> int:
     """Messages dramatiq holds in Redis for the questions queue (waiting, running or delayed)."""
     try:
-        client = redis_lib.Redis.from_url(redis_url, socket_timeout=2)
-        ns = f"{NAMESPACE}-tasks"
-        return int(client.hlen(f"{ns}:questions.msgs")) + int(client.hlen(f"{ns}:questions.DQ.msgs"))
+        with redis_lib.Redis.from_url(redis_url, socket_timeout=2) as client:
+            ns = f"{NAMESPACE}-tasks"
+            return int(client.hlen(f"{ns}:questions.msgs")) + int(client.hlen(f"{ns}:questions.DQ.msgs"))
     except redis_lib.RedisError:
         return -1
 

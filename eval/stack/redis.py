@@ -24,8 +24,8 @@ def free_port() -> int:
 
 def redis_answers(url: str, timeout: float = 0.5) -> bool:
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
-        return bool(client.ping())
+        with redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout) as client:
+            return bool(client.ping())
     except (redis.ConnectionError, redis.TimeoutError, OSError):
         return False
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import redis as redis_lib
 import yaml
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
@@ -18,6 +17,7 @@ from prometheus_client.metrics_core import Metric
 import worker.clients.llm
 import worker.flags
 import worker.metrics  # noqa: F401
+from tests.conftest import RedisClients
 from worker.actors import INDEX_QUEUE, MAINTENANCE_QUEUE, QUESTIONS_QUEUE
 from worker.backlog import BacklogCollector
 from worker.webhook import WebhookMetrics
@@ -51,10 +51,10 @@ def series_names(families: Iterator[Metric]) -> set[str]:
 
 
 @pytest.fixture
-def exported(db_url: str, redis_url: str) -> Iterator[set[str]]:
+def exported(db_url: str, redis_url: str, redis_client: RedisClients) -> Iterator[set[str]]:
     names = series_names(REGISTRY.collect())
     names |= series_names(WebhookMetrics(CollectorRegistry()).registry.collect())
-    client = redis_lib.Redis.from_url(redis_url)
+    client = redis_client(redis_url)
     with psycopg.connect(db_url) as conn:
 
         def connections() -> psycopg.Connection:
@@ -65,7 +65,6 @@ def exported(db_url: str, redis_url: str) -> Iterator[set[str]]:
         )
         names |= series_names(collector.collect())
         yield {n for n in names if n.startswith("citebot_")}
-    client.close()
 
 
 def alert_rules() -> list[dict[str, object]]:

@@ -17,10 +17,9 @@ def test_private_redis_server_starts_answers_and_stops(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "redis")
     url = server.start()
     try:
-        client = redis_lib.Redis.from_url(url)
-        client.set("k", "v")
-        assert client.get("k") == b"v"
-        client.close()
+        with redis_lib.Redis.from_url(url) as client:
+            client.set("k", "v")
+            assert client.get("k") == b"v"
     finally:
         server.stop()
     assert not redis_answers(url, timeout=0.2)

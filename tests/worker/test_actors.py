@@ -8,7 +8,7 @@ import dramatiq
 import psycopg
 import pytest
 
-from tests.conftest import make_settings
+from tests.conftest import RedisClients, make_settings
 from worker import answers
 from worker.actors import Actors, declare_actors, honour_retry_after, is_last_attempt, retry_options
 from worker.assemble import lazy_runtime
@@ -195,9 +195,9 @@ def test_retry_budget_is_the_actor_options_and_retry_after() -> None:
         honour_retry_after(limits, plain)
 
 
-def test_intake_enqueues_ids_for_questions_and_index_refreshes(redis_url: str) -> None:
-    import redis as redis_lib
-
+def test_intake_enqueues_ids_for_questions_and_index_refreshes(
+    redis_url: str, redis_client: RedisClients
+) -> None:
     from tests.conftest import REDIS_NAMESPACE
     from worker.actors import DramatiqIntake
 
@@ -211,7 +211,7 @@ def test_intake_enqueues_ids_for_questions_and_index_refreshes(redis_url: str) -
     intake.question(5, 6, 2)
     intake.refresh_post(5, "post_edited")
     intake.refresh_topic(6, "topic_edited")
-    r = redis_lib.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     assert r.llen(f"{REDIS_NAMESPACE}-tasks:questions") == 1
     assert r.llen(f"{REDIS_NAMESPACE}-tasks:index") == 2
     broker.close()

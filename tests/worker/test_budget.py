@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-import redis as redis_lib
 
-from tests.conftest import REDIS_NAMESPACE
+from tests.conftest import REDIS_NAMESPACE, RedisClients
 from worker.budget import ApiBudget, build_budget
 from worker.errors import RateLimitedError
 from worker.settings import DiscourseSettings
@@ -21,18 +20,18 @@ def settings(**values: object) -> DiscourseSettings:
     )
 
 
-def test_processes_share_one_bucket(redis_url: str) -> None:
+def test_processes_share_one_bucket(redis_url: str, redis_client: RedisClients) -> None:
     # Two processes' budgets over one Redis: together they never exceed the burst at once.
-    a = build_budget(settings(api_reserve=0), redis_lib.Redis.from_url(redis_url), REDIS_NAMESPACE)
-    b = build_budget(settings(api_reserve=0), redis_lib.Redis.from_url(redis_url), REDIS_NAMESPACE)
+    a = build_budget(settings(api_reserve=0), redis_client(redis_url), REDIS_NAMESPACE)
+    b = build_budget(settings(api_reserve=0), redis_client(redis_url), REDIS_NAMESPACE)
     assert a.shared
     assert b.shared
     taken = [budget._try(0) == 0.0 for budget in (a, b, a, b, a, b, a)]
     assert taken == [True] * 5 + [False] * 2
 
 
-def test_backfill_leaves_the_reserve_and_answers_take_it(redis_url: str) -> None:
-    budget = build_budget(settings(api_reserve=2), redis_lib.Redis.from_url(redis_url), REDIS_NAMESPACE)
+def test_backfill_leaves_the_reserve_and_answers_take_it(redis_url: str, redis_client: RedisClients) -> None:
+    budget = build_budget(settings(api_reserve=2), redis_client(redis_url), REDIS_NAMESPACE)
     bulk = [budget._try(4) == 0.0 for _ in range(3)]  # floor 2 x reserve
     assert bulk == [True, False, False]
     assert [budget._try(2) == 0.0 for _ in range(3)] == [True, True, False]  # background: down to 2
@@ -40,9 +39,9 @@ def test_backfill_leaves_the_reserve_and_answers_take_it(redis_url: str) -> None
     assert budget._try(0) == pytest.approx(10.0, abs=0.5)  # 6 a minute: one every 10 s
 
 
-def test_a_429_pauses_every_process(redis_url: str) -> None:
-    one = build_budget(settings(), redis_lib.Redis.from_url(redis_url), REDIS_NAMESPACE)
-    other = build_budget(settings(), redis_lib.Redis.from_url(redis_url), REDIS_NAMESPACE)
+def test_a_429_pauses_every_process(redis_url: str, redis_client: RedisClients) -> None:
+    one = build_budget(settings(), redis_client(redis_url), REDIS_NAMESPACE)
+    other = build_budget(settings(), redis_client(redis_url), REDIS_NAMESPACE)
     one.pause(60)
     assert other._try(0) == pytest.approx(60.0, abs=1.0)
     with pytest.raises(RateLimitedError) as info:
@@ -50,8 +49,8 @@ def test_a_429_pauses_every_process(redis_url: str) -> None:
     assert info.value.retry_after == pytest.approx(60.0, abs=1.0)
 
 
-def test_without_redis_a_process_paces_itself() -> None:
-    dead = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+def test_without_redis_a_process_paces_itself(redis_client: RedisClients) -> None:
+    dead = redis_client("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     now = [0.0]
     slept: list[float] = []
 

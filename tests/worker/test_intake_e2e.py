@@ -20,7 +20,7 @@ from eval.stack.forum.app import ForumApp, ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
 from eval.stack.launcher import serve
-from tests.conftest import REDIS_NAMESPACE, make_settings
+from tests.conftest import REDIS_NAMESPACE, RedisClients, make_settings
 from tests.eval.forum.export import write_export
 from worker.actors import Actors, DramatiqIntake, declare_actors, run_poll
 from worker.assemble import lazy_runtime
@@ -85,8 +85,8 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
 
 
 def queue_empty(redis_url: str) -> bool:
-    r = redis_lib.Redis.from_url(redis_url)
-    return r.llen(f"{REDIS_NAMESPACE}-tasks:questions") == 0
+    with redis_lib.Redis.from_url(redis_url) as r:
+        return r.llen(f"{REDIS_NAMESPACE}-tasks:questions") == 0
 
 
 @pytest.fixture
@@ -150,14 +150,16 @@ def test_member_question_reaches_the_worker_once(stack: Stack, redis_url: str) -
     assert stack.rows() == [(post_id, "queued", "webhook")]
 
 
-def test_three_deliveries_of_one_webhook_make_one_row(stack: Stack, redis_url: str) -> None:
+def test_three_deliveries_of_one_webhook_make_one_row(
+    stack: Stack, redis_url: str, redis_client: RedisClients
+) -> None:
     post_id = stack.member_posts("carol", 11, "@citebot where is the FPS counter code?")
     wait_for(lambda: len(stack.rows()) == 1)
     stack.redeliver(1)
     stack.redeliver(1)
     assert [d.attempts for d in stack.forum.webhooks.deliveries] == [3]
     # and when the Redis dedupe key is gone (TTL, Redis restart), the database still holds the line
-    r = redis_lib.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     for key in r.scan_iter(match=f"{REDIS_NAMESPACE}:*-seen:*"):
         r.delete(key)
     stack.redeliver(1)

@@ -1,17 +1,18 @@
 from __future__ import annotations
 
 import pytest
-import redis as redis_lib
 
-from tests.conftest import REDIS_NAMESPACE
+from tests.conftest import REDIS_NAMESPACE, RedisClients
 from worker.limits import RateLimiter
 from worker.settings import LimitsSettings
 
 pytestmark = pytest.mark.integration
 
 
-def test_user_limit_counts_each_question_once_over_a_sliding_hour(redis_url: str) -> None:
-    client = redis_lib.Redis.from_url(redis_url)
+def test_user_limit_counts_each_question_once_over_a_sliding_hour(
+    redis_url: str, redis_client: RedisClients
+) -> None:
+    client = redis_client(redis_url)
     limiter = RateLimiter(client, LimitsSettings(per_user_per_hour=2, per_topic_per_hour=0), REDIS_NAMESPACE)
     assert limiter.check(post_id=1, user_id=7, topic_id=1, now=1000).allowed
     # A retried job for the same post does not count twice.
@@ -25,13 +26,11 @@ def test_user_limit_counts_each_question_once_over_a_sliding_hour(redis_url: str
     assert limiter.check(post_id=5, user_id=7, topic_id=3, now=1005).user_count == 4
     # ... until the hour has moved past all of them.
     assert limiter.check(post_id=6, user_id=7, topic_id=3, now=1005 + 3601).allowed
-    client.close()
 
 
-def test_topic_limit(redis_url: str) -> None:
-    client = redis_lib.Redis.from_url(redis_url)
+def test_topic_limit(redis_url: str, redis_client: RedisClients) -> None:
+    client = redis_client(redis_url)
     limiter = RateLimiter(client, LimitsSettings(per_user_per_hour=0, per_topic_per_hour=1), REDIS_NAMESPACE)
     assert limiter.check(post_id=1, user_id=1, topic_id=9, now=10).allowed
     decision = limiter.check(post_id=2, user_id=2, topic_id=9, now=11)
     assert (decision.allowed, decision.reason) == (False, "per_topic")
-    client.close()

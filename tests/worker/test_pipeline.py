@@ -12,7 +12,7 @@ from pgvector import HalfVector
 from psycopg_pool import ConnectionPool
 
 from gate import Gate, GateDecision, IntentLayer, canned_text
-from tests.conftest import make_settings
+from tests.conftest import RedisClients, make_settings
 from worker import answers
 from worker.db.connect import open_pool
 from worker.domain import Delivery
@@ -303,14 +303,12 @@ def test_offline_generator_cites_real_sources(db_url: str, redis_url: str) -> No
         assert "https://forum.test/t/loading-scene-xml/2/" in raw
 
 
-def test_rate_limited_question_is_skipped(db_url: str, redis_url: str) -> None:
-    import redis as redis_lib
-
+def test_rate_limited_question_is_skipped(db_url: str, redis_url: str, redis_client: RedisClients) -> None:
     from tests.conftest import REDIS_NAMESPACE
     from worker.limits import RateLimiter
 
     for world in build_world(db_url, redis_url, FakeChatModel(default="ok [[1]]")):
-        client = redis_lib.Redis.from_url(redis_url)
+        client = redis_client(redis_url)
         world.pipeline.limiter = RateLimiter(
             client, world.settings.limits.model_copy(update={"per_user_per_hour": 1}), REDIS_NAMESPACE
         )
@@ -319,7 +317,6 @@ def test_rate_limited_question_is_skipped(db_url: str, redis_url: str) -> None:
         assert world.pipeline.run(911).state == "posted"
         assert world.pipeline.run(912).state == "skipped"
         assert "rate limit" in (world.row(912).error or "")
-        client.close()
 
 
 def _stages(row: answers.Answer) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 import redis as redis_lib
 
-from tests.conftest import REDIS_NAMESPACE
+from tests.conftest import REDIS_NAMESPACE, RedisClients
 from worker import answers
 from worker.addressing import BotIdentity
 from worker.dedupe import question_key
@@ -60,7 +60,7 @@ def run(forum: Forum, conn: psycopg.Connection, r: redis_lib.Redis, sent: list[t
     )
 
 
-def test_poll_enqueues_missed_questions_once(db_url: str, redis_url: str) -> None:
+def test_poll_enqueues_missed_questions_once(db_url: str, redis_url: str, redis_client: RedisClients) -> None:
     forum = Forum()
     forum.add(101, "@citebot first question")
     forum.add(102, "thanks!", kind="replied", reply_to_username="citebot")
@@ -71,7 +71,7 @@ def test_poll_enqueues_missed_questions_once(db_url: str, redis_url: str) -> Non
     forum.notifications.append(
         Notification(99, "mentioned", 9, 7, 107, NOW.isoformat())
     )  # post deleted since
-    r = redis_lib.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     sent: list[tuple[int, int, int]] = []
     with psycopg.connect(db_url) as conn:
         report = run(forum, conn, r, sent)
@@ -85,7 +85,7 @@ def test_poll_enqueues_missed_questions_once(db_url: str, redis_url: str) -> Non
 
 
 def test_poll_answers_a_quoting_reply_to_the_bot_and_not_one_to_someone_else(
-    db_url: str, redis_url: str
+    db_url: str, redis_url: str, redis_client: RedisClients
 ) -> None:
     # Discourse leaves reply_to_user out of a reply that quotes its parent (suppress_reply_when_quoting).
     forum = Forum()
@@ -94,7 +94,7 @@ def test_poll_answers_a_quoting_reply_to_the_bot_and_not_one_to_someone_else(
     forum.add(305, "a post by bob", kind="other", username="bob")
     forum.add(306, "[quote]...[/quote] me too", kind="replied", reply_to_post_number=5)
     forum.add(304, "[quote]...[/quote] recorded", kind="replied", reply_to_post_number=40)
-    r = redis_lib.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     sent: list[tuple[int, int, int]] = []
     with psycopg.connect(db_url) as conn:
         # Post #40 is a reply the bot posted, as the answers table recorded it.
@@ -106,10 +106,12 @@ def test_poll_answers_a_quoting_reply_to_the_bot_and_not_one_to_someone_else(
     assert forum.by_number_calls == 2  # #40 needed no call
 
 
-def test_poll_skips_posts_whose_webhook_is_in_flight(db_url: str, redis_url: str) -> None:
+def test_poll_skips_posts_whose_webhook_is_in_flight(
+    db_url: str, redis_url: str, redis_client: RedisClients
+) -> None:
     forum = Forum()
     forum.add(201, "@citebot question")
-    r = redis_lib.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     r.set(question_key(REDIS_NAMESPACE, 201, 1), b"1", ex=60)
     sent: list[tuple[int, int, int]] = []
     with psycopg.connect(db_url) as conn:
@@ -118,10 +120,12 @@ def test_poll_skips_posts_whose_webhook_is_in_flight(db_url: str, redis_url: str
         assert answers.get(conn, 201) is None
 
 
-def test_failed_enqueue_leaves_no_row_and_no_key(db_url: str, redis_url: str) -> None:
+def test_failed_enqueue_leaves_no_row_and_no_key(
+    db_url: str, redis_url: str, redis_client: RedisClients
+) -> None:
     forum = Forum()
     forum.add(301, "@citebot question")
-    r = redis_lib.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
 
     def broken(post_id: int, topic_id: int, version: int) -> None:
         raise redis_lib.ConnectionError("queue down")
@@ -146,10 +150,12 @@ def test_failed_enqueue_leaves_no_row_and_no_key(db_url: str, redis_url: str) ->
         assert run(forum, conn, r, sent).enqueued == 1
 
 
-def test_rows_whose_message_was_lost_are_resent_once_per_period(db_url: str, redis_url: str) -> None:
+def test_rows_whose_message_was_lost_are_resent_once_per_period(
+    db_url: str, redis_url: str, redis_client: RedisClients
+) -> None:
     # No notification names them any more (they scrolled off the page): the rows themselves are read.
     forum = Forum()
-    r = redis_lib.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     sent: list[tuple[int, int, int]] = []
     with psycopg.connect(db_url) as conn:
         for post_id in (401, 402, 403, 404, 405):
@@ -169,13 +175,15 @@ def test_rows_whose_message_was_lost_are_resent_once_per_period(db_url: str, red
     assert sent == [(401, 9, 3), (404, 9, 3)]
 
 
-def test_poller_pages_back_through_the_look_back(db_url: str, redis_url: str) -> None:
+def test_poller_pages_back_through_the_look_back(
+    db_url: str, redis_url: str, redis_client: RedisClients
+) -> None:
     # 150 newer notifications (already answered) bury a missed question on the third page.
     forum = Forum()
     forum.add(500, "@citebot buried question")
     for post_id in range(501, 651):
         forum.add(post_id, f"@citebot question {post_id}")
-    r = redis_lib.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     sent: list[tuple[int, int, int]] = []
     with psycopg.connect(db_url) as conn:
         for post_id in range(501, 651):

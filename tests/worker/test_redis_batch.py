@@ -34,15 +34,16 @@ class CountingRedis(aredis_lib.Redis):
 
 def test_one_turn_of_callers_shares_one_pipeline_and_keeps_its_own_replies(redis_url: str) -> None:
     async def run() -> tuple[list[Any], int]:
-        client = CountingRedis.from_url(redis_url)
-        batcher = RedisBatcher(client, turns=4, wait_s=5.0)
-        key = f"{REDIS_NAMESPACE}:batch:{{}}"
-        calls = [
-            batcher.run([RedisCommand(("SET", key.format(i), str(i))), RedisCommand(("GET", key.format(i)))])
-            for i in range(20)
-        ]
-        replies = await asyncio.gather(*calls)
-        await client.aclose()
+        async with CountingRedis.from_url(redis_url) as client:
+            batcher = RedisBatcher(client, turns=4, wait_s=5.0)
+            key = f"{REDIS_NAMESPACE}:batch:{{}}"
+            calls = [
+                batcher.run(
+                    [RedisCommand(("SET", key.format(i), str(i))), RedisCommand(("GET", key.format(i)))]
+                )
+                for i in range(20)
+            ]
+            replies = await asyncio.gather(*calls)
         return replies, client.pipelines
 
     replies, pipelines = asyncio.run(run())
@@ -52,14 +53,12 @@ def test_one_turn_of_callers_shares_one_pipeline_and_keeps_its_own_replies(redis
 
 def test_an_error_reply_reaches_only_its_own_caller(redis_url: str) -> None:
     async def run() -> list[Any]:
-        client = aredis_lib.Redis.from_url(redis_url)
-        await client.set(f"{REDIS_NAMESPACE}:batch:text", "not a number")
-        batcher = RedisBatcher(client, turns=1, wait_s=5.0)
-        good = batcher.run([RedisCommand(("INCR", f"{REDIS_NAMESPACE}:batch:n"))])
-        bad = batcher.run([RedisCommand(("INCR", f"{REDIS_NAMESPACE}:batch:text"))])
-        out = await asyncio.gather(good, bad, return_exceptions=True)
-        await client.aclose()
-        return out
+        async with aredis_lib.Redis.from_url(redis_url) as client:
+            await client.set(f"{REDIS_NAMESPACE}:batch:text", "not a number")
+            batcher = RedisBatcher(client, turns=1, wait_s=5.0)
+            good = batcher.run([RedisCommand(("INCR", f"{REDIS_NAMESPACE}:batch:n"))])
+            bad = batcher.run([RedisCommand(("INCR", f"{REDIS_NAMESPACE}:batch:text"))])
+            return await asyncio.gather(good, bad, return_exceptions=True)
 
     good, bad = asyncio.run(run())
     assert good == [1]
@@ -68,18 +67,18 @@ def test_an_error_reply_reaches_only_its_own_caller(redis_url: str) -> None:
 
 def test_no_turn_in_time_is_a_no_turn_error(redis_url: str) -> None:
     async def run() -> BaseException | None:
-        client = aredis_lib.Redis.from_url(redis_url)
-        batcher = RedisBatcher(client, turns=1, wait_s=0.05)
-        slow = asyncio.create_task(batcher.run([RedisCommand(("BLPOP", f"{REDIS_NAMESPACE}:none", "0.5"))]))
-        await asyncio.sleep(0.01)  # the slow one holds the only turn
-        try:
-            await batcher.run([RedisCommand(("PING",))])
-        except NoTurnError as exc:
-            caught: BaseException | None = exc
-        else:
-            caught = None
-        await slow
-        await client.aclose()
+        async with aredis_lib.Redis.from_url(redis_url) as client:
+            batcher = RedisBatcher(client, turns=1, wait_s=0.05)
+            command = RedisCommand(("BLPOP", f"{REDIS_NAMESPACE}:none", "0.5"))
+            slow = asyncio.create_task(batcher.run([command]))
+            await asyncio.sleep(0.01)  # the slow one holds the only turn
+            try:
+                await batcher.run([RedisCommand(("PING",))])
+            except NoTurnError as exc:
+                caught: BaseException | None = exc
+            else:
+                caught = None
+            await slow
         return caught
 
     assert isinstance(asyncio.run(run()), NoTurnError)
@@ -101,15 +100,13 @@ def test_concurrent_deliveries_share_round_trips_and_none_is_lost(redis_url: str
     payloads = [post_payload(id=9_100_000 + i) for i in range(40)]
 
     async def run() -> list[httpx.Response]:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://webhook.test") as c:
+        transport = httpx.ASGITransport(app=app)  # runs no lifespan: the app's client is closed here
+        async with client, httpx.AsyncClient(transport=transport, base_url="http://webhook.test") as c:
             calls = []
             for p in payloads:
                 body = encode(p)
                 calls.append(c.post(WEBHOOK_PATH, content=body, headers=headers(body, "post_created")))
-            out = list(await asyncio.gather(*calls))
-        await client.aclose()
-        return out
+            return list(await asyncio.gather(*calls))
 
     try:
         responses = asyncio.run(run())

@@ -7,7 +7,7 @@ import redis as redis_lib
 import redis.asyncio as aredis_lib
 from starlette.testclient import TestClient
 
-from tests.conftest import REDIS_NAMESPACE, make_settings
+from tests.conftest import REDIS_NAMESPACE, RedisClients, make_settings
 from tests.worker.webhook_support import SECRET, FakeIntake, encode, headers, post_payload
 from worker.webhook import WEBHOOK_PATH, create_app
 
@@ -277,10 +277,12 @@ def test_readyz_is_503_when_redis_is_gone() -> None:
         assert c.get("/readyz").status_code == 503
 
 
-def test_dedupe_keys_live_in_the_namespace_and_expire(client: TestClient, redis_url: str) -> None:
+def test_dedupe_keys_live_in_the_namespace_and_expire(
+    client: TestClient, redis_url: str, redis_client: RedisClients
+) -> None:
     payload = post_payload()
     deliver(client, payload)
-    r = redis_lib.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     keys = list(r.scan_iter(match=f"{REDIS_NAMESPACE}:*-seen:*"))
     assert len(keys) == 2  # the question (post id, version) and the body's digest
     assert all(0 < r.ttl(key) <= 86_400 for key in keys)

@@ -33,14 +33,13 @@ def harness(redis_server: str) -> Iterator[tuple[TestClient, FakeIntake]]:
         redis={"url": redis_server, "namespace": NAMESPACE},
     )
     intake = FakeIntake()
-    r = redis_lib.Redis.from_url(redis_server)
     with TestClient(
         create_app(s, intake, aredis_lib.Redis.from_url(redis_server)), raise_server_exceptions=False
     ) as client:
         yield client, intake
-    for key in r.scan_iter(match=f"{NAMESPACE}*"):
-        r.delete(key)
-    r.close()
+    with redis_lib.Redis.from_url(redis_server) as r:  # module scope: redis_client is per test
+        for key in r.scan_iter(match=f"{NAMESPACE}*"):
+            r.delete(key)
 
 
 raws = st.one_of(
