@@ -116,7 +116,14 @@ class Gate:
         ends: list[int] | None = None
         verdict: LexicalDecision | None = None
         for rule in self.rules.rules:
-            if not all(_satisfied(group, words, heads) for group in rule.triggers):
+            # Every trigger group needs a word or a word beginning of the question. A plain loop, not
+            # all() over a generator: this runs for every rule of every question.
+            skip = False
+            for group in rule.triggers:
+                if group.words.isdisjoint(words) and group.prefixes.isdisjoint(heads):
+                    skip = True
+                    break
+            if skip:
                 continue
             if rule.triggers:
                 if ends is None:
@@ -191,10 +198,6 @@ class Gate:
                     high = brk.start()
                     break
         return rule.exception.search(text[low:high], timeout=self.timeout_s) is not None
-
-
-def _satisfied(group: TriggerGroup, words: set[str], heads: set[str]) -> bool:
-    return not (group.words.isdisjoint(words) and group.prefixes.isdisjoint(heads))
 
 
 def _sentences(
