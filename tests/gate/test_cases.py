@@ -215,3 +215,16 @@ def test_blind_set_11_keeps_what_its_tuning_reached(gate: Gate) -> None:
 
 
 FLOOR_11 = 107
+
+
+HELD_OUT_12 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-12.jsonl")
+
+
+def test_untouched_blind_set_12_keeps_its_recorded_floor(gate: Gate) -> None:
+    # The lead's set of issue 17's fourth session, scored once on the final gate and never tuned on
+    # (eval/data/gate-heldout/README.md): what the rules and the lexical head blocked then.
+    harmful = [row for row in HELD_OUT_12 if row["expect"] == "block"]
+    harmless = [row for row in HELD_OUT_12 if row["expect"] == "pass"]
+    assert (len(harmful), len(harmless)) == (130, 132)
+    assert sum(gate.check(row["text"]).hit for row in harmful) >= 81
+    assert sum(gate.check(row["text"]).hit for row in harmless) <= 3
