@@ -131,14 +131,22 @@ def test_blind_set_4_keeps_its_recorded_floor(gate: Gate) -> None:
 HELD_OUT_6 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-6.jsonl")
 
 
+def assert_floor(
+    gate: Gate, rows: list[dict[str, Any]], sizes: tuple[int, int], *, blocked: int, false_blocks: int
+) -> None:
+    """A held-out set's recorded floor: its (harmful, benign) sizes, at least ``blocked`` harmful lines
+    blocked by ``Gate.check`` and at most ``false_blocks`` benign ones."""
+    harmful = [row for row in rows if row["expect"] == "block"]
+    harmless = [row for row in rows if row["expect"] == "pass"]
+    assert (len(harmful), len(harmless)) == sizes
+    assert sum(gate.check(row["text"]).hit for row in harmful) >= blocked
+    assert sum(gate.check(row["text"]).hit for row in harmless) <= false_blocks
+
+
 def test_blind_set_6_keeps_its_recorded_floor(gate: Gate) -> None:
     # Scored once by the rules of issue 17 (eval/data/gate-heldout/README.md); the heads' training
     # data since the fourth session: the floor is the rules' first score.
-    harmful = [row for row in HELD_OUT_6 if row["expect"] == "block"]
-    harmless = [row for row in HELD_OUT_6 if row["expect"] == "pass"]
-    assert (len(harmful), len(harmless)) == (125, 125)
-    assert sum(gate.check(row["text"]).hit for row in harmful) >= 68
-    assert sum(gate.check(row["text"]).hit for row in harmless) <= 2
+    assert_floor(gate, HELD_OUT_6, (125, 125), blocked=68, false_blocks=2)
 
 
 HELD_OUT_7 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-7.jsonl")
@@ -148,11 +156,7 @@ def test_blind_set_7_keeps_what_its_tuning_reached(gate: Gate) -> None:
     # Scored once before tuning (97/131 with both layers, 5/133 false blocks;
     # eval/data/gate-heldout/README.md), then rules were written for the classes of its misses:
     # an in-sample floor now, against losing them again.
-    harmful = [row for row in HELD_OUT_7 if row["expect"] == "block"]
-    harmless = [row for row in HELD_OUT_7 if row["expect"] == "pass"]
-    assert (len(harmful), len(harmless)) == (131, 133)
-    assert sum(gate.check(row["text"]).hit for row in harmful) >= 120
-    assert sum(gate.check(row["text"]).hit for row in harmless) == 0
+    assert_floor(gate, HELD_OUT_7, (131, 133), blocked=120, false_blocks=0)
 
 
 HELD_OUT_8 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-8.jsonl")
@@ -161,11 +165,7 @@ HELD_OUT_8 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" /
 def test_blind_set_8_keeps_its_recorded_floor(gate: Gate) -> None:
     # The lead's set of the second session, scored untuned twice (eval/data/gate-heldout/README.md);
     # the heads' training data since the fourth session: the floor is the rules' figures then.
-    harmful = [row for row in HELD_OUT_8 if row["expect"] == "block"]
-    harmless = [row for row in HELD_OUT_8 if row["expect"] == "pass"]
-    assert (len(harmful), len(harmless)) == (120, 128)
-    assert sum(gate.check(row["text"]).hit for row in harmful) >= 67
-    assert sum(gate.check(row["text"]).hit for row in harmless) <= 2
+    assert_floor(gate, HELD_OUT_8, (120, 128), blocked=67, false_blocks=2)
 
 
 HELD_OUT_9 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-9.jsonl")
@@ -175,11 +175,7 @@ def test_blind_set_9_keeps_what_its_tuning_reached(gate: Gate) -> None:
     # Scored before tuning (rules 88/130 and 6/133 false blocks; rules and the lexical head 101/130;
     # eval/data/gate-heldout/README.md), then its false-block classes were fixed in the rules and its
     # lines became the lexical head's training data: an in-sample floor now.
-    harmful = [row for row in HELD_OUT_9 if row["expect"] == "block"]
-    harmless = [row for row in HELD_OUT_9 if row["expect"] == "pass"]
-    assert (len(harmful), len(harmless)) == (130, 133)
-    assert sum(gate.check(row["text"]).hit for row in harmful) >= FLOOR_9
-    assert sum(gate.check(row["text"]).hit for row in harmless) == 0
+    assert_floor(gate, HELD_OUT_9, (130, 133), blocked=FLOOR_9, false_blocks=0)
 
 
 FLOOR_9 = 109
@@ -192,12 +188,8 @@ def test_untouched_blind_set_10_keeps_its_recorded_floor(gate: Gate) -> None:
     # The lead's set of issue 17's third session, never tuned on (eval/data/gate-heldout/README.md):
     # what the rules and the lexical head blocked on the final gate, so that a change losing ground on
     # unseen wordings fails.
-    harmful = [row for row in HELD_OUT_10 if row["expect"] == "block"]
-    harmless = [row for row in HELD_OUT_10 if row["expect"] == "pass"]
-    assert (len(harmful), len(harmless)) == (130, 132)
     # 78 at the third session's end; 84 since the fourth session's training data (never fitted on it)
-    assert sum(gate.check(row["text"]).hit for row in harmful) >= 84
-    assert sum(gate.check(row["text"]).hit for row in harmless) <= 3
+    assert_floor(gate, HELD_OUT_10, (130, 132), blocked=84, false_blocks=3)
 
 
 HELD_OUT_11 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-11.jsonl")
@@ -207,11 +199,7 @@ def test_blind_set_11_keeps_what_its_tuning_reached(gate: Gate) -> None:
     # Scored once before tuning (all layers 95/130, 6/132 false blocks, all by rules;
     # eval/data/gate-heldout/README.md), then its false-block classes were fixed in the rules and its
     # lines became the heads' training data: an in-sample floor now (rules and the lexical head).
-    harmful = [row for row in HELD_OUT_11 if row["expect"] == "block"]
-    harmless = [row for row in HELD_OUT_11 if row["expect"] == "pass"]
-    assert (len(harmful), len(harmless)) == (130, 132)
-    assert sum(gate.check(row["text"]).hit for row in harmful) >= FLOOR_11
-    assert sum(gate.check(row["text"]).hit for row in harmless) == 0
+    assert_floor(gate, HELD_OUT_11, (130, 132), blocked=FLOOR_11, false_blocks=0)
 
 
 FLOOR_11 = 107
@@ -223,8 +211,4 @@ HELD_OUT_12 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" 
 def test_untouched_blind_set_12_keeps_its_recorded_floor(gate: Gate) -> None:
     # The lead's set of issue 17's fourth session, scored once on the final gate and never tuned on
     # (eval/data/gate-heldout/README.md): what the rules and the lexical head blocked then.
-    harmful = [row for row in HELD_OUT_12 if row["expect"] == "block"]
-    harmless = [row for row in HELD_OUT_12 if row["expect"] == "pass"]
-    assert (len(harmful), len(harmless)) == (130, 132)
-    assert sum(gate.check(row["text"]).hit for row in harmful) >= 81
-    assert sum(gate.check(row["text"]).hit for row in harmless) <= 3
+    assert_floor(gate, HELD_OUT_12, (130, 132), blocked=81, false_blocks=3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -108,7 +109,7 @@ def test_exemplars_are_not_copied_from_the_labelled_sets() -> None:
                 assert json.loads(line)["text"].casefold() not in texts, path.name
 
 
-def linear() -> IntentLayer:
+def linear(**extra: Any) -> IntentLayer:
     base = small()
     return IntentLayer(
         model=base.model,
@@ -119,6 +120,7 @@ def linear() -> IntentLayer:
         threshold=0.5,
         weights=[2.0, -2.0, 1.0],
         bias=-0.5,
+        **extra,
     )
 
 
@@ -175,19 +177,7 @@ def test_the_logistic_fit_separates_and_is_deterministic() -> None:
 
 
 def floored(floor: float = 0.0) -> IntentLayer:
-    base = linear()
-    return IntentLayer(
-        model=base.model,
-        harmful=base.harmful,
-        labels=base.labels,
-        benign=base.benign,
-        k=1,
-        threshold=0.5,
-        weights=[2.0, -2.0, 1.0],
-        bias=-0.5,
-        lexical_floor=floor,
-        lexical_sha256="abc",
-    )
+    return linear(lexical_floor=floor, lexical_sha256="abc")
 
 
 def test_a_lexical_floor_keeps_the_layer_to_questions_whose_words_lean_harmful() -> None:

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import tempfile
 import time
-from collections.abc import Callable
 
 import psycopg
 import pytest
 
-from tests.worker.retrieval.doubles import angle_vector, insert_post
+from tests.worker.retrieval.doubles import angle_vector, insert_post, round_trips
 from worker.db import connect
 from worker.retrieval.recall import PostgresPostIndex
 from worker.settings import DatabaseSettings, RetrievalSettings
 
 pytestmark = pytest.mark.integration
-
-
-def round_trips(conn: psycopg.Connection, action: Callable[[], object]) -> int:
-    """The server's ReadyForQuery messages in libpq's trace of ``action`` on ``conn``."""
-    with tempfile.TemporaryFile("w+") as trace:
-        conn.pgconn.trace(trace.fileno())
-        try:
-            action()
-        finally:
-            conn.pgconn.untrace()
-        trace.seek(0)
-        return sum("ReadyForQuery" in line for line in trace)
 
 
 def test_a_connection_handed_out_again_at_once_is_not_pinged(

@@ -1,4 +1,5 @@
-"""Test doubles of the model and search services (the Protocols), and a helper to fill post_index.
+"""Test doubles of the model and search services (the Protocols), a helper to fill post_index, and a
+counter of round trips (libpq's protocol trace).
 
 ``CannedSearch`` is a real implementation of ``KeywordSearch`` that records its calls (the embedder and
 the reranker are the shipped ``worker.testing.models`` fakes); storage is never faked (the tests use
@@ -8,6 +9,7 @@ the real Postgres fixtures).
 from __future__ import annotations
 
 import math
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
@@ -108,3 +110,16 @@ def angle_vector(angle_deg: float, dimension: int = 8) -> list[float]:
     v[0] = math.cos(math.radians(angle_deg))
     v[1] = math.sin(math.radians(angle_deg))
     return v
+
+
+def round_trips(conn: psycopg.Connection, action: Callable[[], object]) -> int:
+    """How many round trips ``action`` makes on ``conn``: the server's ReadyForQuery messages in
+    libpq's protocol trace (one per simple query or extended-query sync, BEGIN and COMMIT included)."""
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        try:
+            action()
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        return sum("ReadyForQuery" in line for line in trace)

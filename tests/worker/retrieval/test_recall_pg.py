@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -14,7 +13,7 @@ from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 from psycopg.pq import TransactionStatus
 
-from tests.worker.retrieval.doubles import angle_vector, insert_post, unit
+from tests.worker.retrieval.doubles import angle_vector, insert_post, round_trips, unit
 from worker.errors import IndexMismatchError, ServiceUnavailableError
 from worker.retrieval.keyword import PostgresTermStats
 from worker.retrieval.recall import RECALL_SQL, ConnectionSource, PostgresPostIndex, single_connection
@@ -143,19 +142,6 @@ def test_filtered_queries_still_return_k_rows(conn: psycopg.Connection) -> None:
     )
     assert len(relaxed_index.recall(query, 25)) == 25
     assert conn.execute("SHOW hnsw.iterative_scan").fetchone() == ("relaxed_order",)
-
-
-def round_trips(conn: psycopg.Connection, action: Callable[[], object]) -> int:
-    """How many round trips ``action`` makes on ``conn``: the server's ReadyForQuery messages in
-    libpq's protocol trace (one per simple query or extended-query sync, BEGIN and COMMIT included)."""
-    with tempfile.TemporaryFile("w+") as trace:
-        conn.pgconn.trace(trace.fileno())
-        try:
-            action()
-        finally:
-            conn.pgconn.untrace()
-        trace.seek(0)
-        return sum("ReadyForQuery" in line for line in trace)
 
 
 def test_a_recall_is_one_round_trip_once_the_knobs_are_set(db_url: str) -> None:
