@@ -188,17 +188,6 @@ class PostgresPostIndex:
         return self._dimension
 
     @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection]:
-        """A connection inside a transaction; connection-level failures become ServiceUnavailableError."""
-        try:
-            with self._connections() as conn, conn.transaction():
-                yield conn
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise ServiceUnavailableError(
-                f"post index unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
-
-    @contextmanager
     def _statement(self, knobs: Knobs | None = None) -> Iterator[psycopg.Connection]:
         """A connection for one read statement, with the search ``knobs`` in effect (module docstring):
         in autocommit when the connection is idle, else inside the caller's transaction (a savepoint).
@@ -226,7 +215,7 @@ class PostgresPostIndex:
         Run once, when the retriever is built (``worker.retrieval.factory.build_retriever``, at the
         composition root): a misconfigured process fails at its start, and no question reads
         ``index_meta``."""
-        with self._transaction() as conn:
+        with self._statement() as conn:
             meta = check_index_meta(conn, self._model, self._dimension)
             graph = read_graph(conn, self._settings.vector_index)
         if meta.vector_index != self._settings.vector_index:
