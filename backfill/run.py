@@ -420,6 +420,12 @@ def run_backfill(
                 store.finish_run(source.key, status, summary.as_dict())
             except psycopg.Error:  # the database went away: the original error matters more
                 log.warning("could not record the outcome of the run", exc_info=True)
+                conn.close()  # unusable; closed, the block's end does not commit on it
+            if stopped is not None:
+                # Ctrl-C can land while the lookup connection waits on a query, leaving it busy: the
+                # block's end would then fail to commit on it ("another command is already in progress")
+                # and hide the interrupt. It holds no writes: close it.
+                lookup_conn.close()
     # Each caller reports the summary once (the CLI prints it, the actor and the eval log it).
     log.debug("%s", summary.line())
     if stopped is not None:
