@@ -143,6 +143,51 @@ def start_server(path: Path, shared_buffers: str, *, keep: bool = False) -> tupl
     return server, url
 
 
+HUGE_PAGE_MODES = ("off", "try", "on")
+
+
+def huge_pages_status(url: str) -> str:
+    """Whether the server got huge pages for its shared memory: "on" or "off" (``huge_pages_status``,
+    PostgreSQL 17+; ``huge_pages = try`` falls back to off silently when the OS has too few)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting('huge_pages_status', true)").fetchone()
+    return str(row[0]) if row and row[0] else "unknown"
+
+
+def reserved_huge_pages() -> int:
+    """The huge pages the OS has reserved (``vm.nr_hugepages``), 0 where it says nothing."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("HugePages_Total:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def set_huge_pages(server: EmbeddedPostgres, url: str, mode: str) -> str:
+    """Restart the bench's server with ``huge_pages = mode`` (off, try, on); return its URL. For "on",
+    first check that the OS has reserved enough: the server would refuse to start."""
+    if mode not in HUGE_PAGE_MODES:
+        raise SystemExit(f"--huge-pages: {mode!r} is not one of {', '.join(HUGE_PAGE_MODES)}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SHOW shared_memory_size_in_huge_pages").fetchone()
+        needed = int(row[0]) if row else 0
+        if mode == "on" and needed > reserved_huge_pages():
+            raise SystemExit(
+                f"--huge-pages on: this server needs {needed} huge pages, the OS has reserved "
+                f"{reserved_huge_pages()}; as root: sysctl -w vm.nr_hugepages={needed + 16}"
+            )
+        conn.execute(f"ALTER SYSTEM SET huge_pages = '{mode}'")  # a literal: one of HUGE_PAGE_MODES
+    return server.restart()
+
+
+def reset_huge_pages(url: str) -> None:
+    """Back to PostgreSQL's default (try) at the server's next start."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM RESET huge_pages")
+
+
 def table_ready(url: str, p: Params) -> bool:
     """Whether the size's database holds the corpus of ``p`` (a finished load)."""
     db_url = ensure_database(url, p.db_name)

@@ -13,6 +13,11 @@ on the server (EXPLAIN ANALYZE of the same statement), index and table bytes per
 and a numpy float32 brute-force scan timed in the same run. Then again with 10 % of the posts in a
 restricted category, where every query must still return k rows (iterative scan). A plot of latency
 and index size against the number of posts is written next to the JSON.
+
+Every result records whether the server had huge pages (``huge_pages_status``): at 1024-d they halve
+recall's latency (docs/performance.md). ``--huge-pages off,on`` measures each mode in the same run,
+restarting the server between them; "on" needs huge pages reserved by the OS (``vm.nr_hugepages``, as
+root), which the bench checks first and never changes itself.
 """
 
 from __future__ import annotations
@@ -101,6 +106,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         metavar="NAMES",
         help="measure nothing: redraw the plot (--name, default recall-scale) from these saved results "
         "(comma-separated names in eval/results/bench; a later one's kind at a size replaces an earlier)",
+    )
+    ap.add_argument(
+        "--huge-pages",
+        default="",
+        metavar="MODES",
+        help="measure with the server's huge_pages set to each of these in turn (off,try,on; default: "
+        "as the server is, PostgreSQL's default try); the server is left at try",
     )
     ap.add_argument("--keep-server", action="store_true", help="leave the bench's PostgreSQL running")
     ap.add_argument("--build-only", action="store_true", help="build the missing tables and indexes, stop")
@@ -247,9 +259,10 @@ def is_default(s: RetrievalSettings) -> bool:
 
 
 def measure_size(
-    url: str, p: rc.Params, kinds: list[VectorIndexKind], args: argparse.Namespace
+    url: str, p: rc.Params, kinds: list[VectorIndexKind], args: argparse.Namespace, huge_pages: str
 ) -> dict[str, Any]:
-    """Every configuration of every built kind at one size, against exact search and numpy."""
+    """Every configuration of every built kind at one size, against exact search and numpy; each
+    result says whether the server had ``huge_pages``."""
     db_url = with_database(url, p.db_name)
     built = rc.built_indexes(db_url)
     vectors = rc.corpus(p)
@@ -285,7 +298,15 @@ def measure_size(
         results = []
         for settings in configurations(kind, args):
             r = run_queries(db_url, p.dim, settings, queries, truth, args.k)
-            results.append({"filter": "none", "knob": knob(settings), "default": is_default(settings), **r})
+            results.append(
+                {
+                    "filter": "none",
+                    "knob": knob(settings),
+                    "default": is_default(settings),
+                    "huge_pages": huge_pages,
+                    **r,
+                }
+            )
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO restricted_categories (category_id) VALUES (%s)", (rc.RESTRICTED_CATEGORY,)
@@ -294,7 +315,13 @@ def measure_size(
             for settings in configurations(kind, args):
                 r = run_queries(db_url, p.dim, settings, queries, truth_f, args.k)
                 results.append(
-                    {"filter": "10%", "knob": knob(settings), "default": is_default(settings), **r}
+                    {
+                        "filter": "10%",
+                        "knob": knob(settings),
+                        "default": is_default(settings),
+                        "huge_pages": huge_pages,
+                        **r,
+                    }
                 )
         finally:
             with psycopg.connect(db_url, autocommit=True) as conn:
@@ -333,8 +360,9 @@ def main(argv: list[str]) -> int:
         rc.Params(n, args.dim, args.clusters or max(1, n // 250), args.seed, args.latent, args.storage)
         for n in sizes
     ]
+    modes = [m for m in args.huge_pages.split(",") if m]
     server, url = rc.start_server(args.data_dir, args.shared_buffers, keep=args.keep_server)
-    measured = []
+    measured: list[dict[str, Any]] = []
     try:
         for p in params:
             if args.rebuild or not rc.table_ready(url, p):
@@ -346,9 +374,16 @@ def main(argv: list[str]) -> int:
                     rc.build_index(db_url, kind, p.dim, args.maintenance_work_mem)
         if args.build_only:
             return 0
-        for p in params:
-            measured.append(measure_size(url, p, kinds_for(p.n, kinds, halfvec_max), args))
+        for mode in modes or [""]:
+            if mode:
+                url = rc.set_huge_pages(server, url, mode)
+            status = rc.huge_pages_status(url)
+            print(f"huge pages {status}" + (f" (huge_pages = {mode})" if mode else ""), flush=True)
+            runs = [measure_size(url, p, kinds_for(p.n, kinds, halfvec_max), args, status) for p in params]
+            measured = merge_runs([{"sizes": measured}, {"sizes": runs}], append=True)
     finally:
+        if modes:
+            rc.reset_huge_pages(url)
         server.stop()
     report(measured, args)
     return 0
@@ -368,6 +403,7 @@ def report(measured: list[dict[str, Any]], args: argparse.Namespace) -> None:
                         kind,
                         r["knob"],
                         r["filter"],
+                        r.get("huge_pages", "?"),
                         r["p50_ms"],
                         r["p99_ms"],
                         r["server_p50_ms"],
@@ -383,6 +419,7 @@ def report(measured: list[dict[str, Any]], args: argparse.Namespace) -> None:
             "index",
             "knob",
             "filter",
+            "huge pages",
             "p50 ms",
             "p99 ms",
             "srv p50",
@@ -436,16 +473,29 @@ def report(measured: list[dict[str, Any]], args: argparse.Namespace) -> None:
     )
 
 
-def merge_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_runs(runs: list[dict[str, Any]], *, append: bool = False) -> list[dict[str, Any]]:
     """The sizes of several saved runs (``emit``'s JSON) as one measurement: a later run's kind at a
-    size replaces an earlier one's, its per-size figures (numpy, table bytes) likewise."""
+    size replaces an earlier one's (``append``: adds its results to the earlier ones, as the huge-page
+    modes of one run do), its per-size figures (numpy, table bytes) likewise."""
     by_n: dict[int, dict[str, Any]] = {}
     for run in runs:
         for m in run["sizes"]:
             merged = by_n.setdefault(m["n"], {"kinds": {}})
             merged.update({k: v for k, v in m.items() if k != "kinds"})
-            merged["kinds"].update(m["kinds"])
+            for kind, got in m["kinds"].items():
+                if append and kind in merged["kinds"]:
+                    earlier = merged["kinds"][kind]["results"]
+                    merged["kinds"][kind] = {**got, "results": earlier + got["results"]}
+                else:
+                    merged["kinds"][kind] = got
     return [by_n[n] for n in sorted(by_n)]
+
+
+def plotted(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The result a size's line shows: the default knob, unfiltered, with huge pages where the run
+    measured them (older saved runs do not say: theirs had none)."""
+    default = [r for r in results if r["default"] and r["filter"] == "none"]
+    return next((r for r in default if r.get("huge_pages") == "on"), default[0] if default else None)
 
 
 def extrapolate(points: list[tuple[int, float]], to: int) -> float | None:
@@ -491,8 +541,8 @@ def plot(measured: list[dict[str, Any]], path: Path, extrapolate_to: int = 0) ->
             (m["n"], r, m["kinds"][kind]["index_bytes_per_post"] * m["n"] / 2**30)
             for m in measured
             if kind in m["kinds"]
-            for r in m["kinds"][kind]["results"]
-            if r["default"] and r["filter"] == "none"
+            for r in [plotted(m["kinds"][kind]["results"])]
+            if r is not None
         ]
         if not pts:
             continue

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import psycopg
 import pytest
 
 from eval.bench import _recall_corpus as rc
-from eval.bench.recall import extrapolate, merge_runs
+from eval.bench.recall import extrapolate, merge_runs, plotted
+from eval.stack.postgres import EmbeddedPostgres
 from worker.db.vector_index import hnsw_options, index_ddl
 
 
@@ -55,3 +58,52 @@ def test_later_runs_replace_a_kind_at_a_size() -> None:
     assert [m["n"] for m in merged] == [10, 20]
     assert merged[0]["kinds"] == {"halfvec": {"v": 3}, "binary": {"v": 2}}
     assert merged[0]["brute_force_p50_ms"] == 4.0
+
+
+def result(knob: str, huge: str | None, *, default: bool = True, filtered: str = "none") -> dict[str, Any]:
+    r: dict[str, Any] = {"knob": knob, "default": default, "filter": filtered, "p50_ms": 1.0}
+    if huge is not None:
+        r["huge_pages"] = huge
+    return r
+
+
+def test_the_huge_page_modes_of_one_run_add_up() -> None:
+    """``--huge-pages off,on``: the second mode's results join the first's instead of replacing them."""
+    off = {"sizes": [{"n": 10, "kinds": {"halfvec": {"build_s": 1, "results": [result("ef", "off")]}}}]}
+    on = {"sizes": [{"n": 10, "kinds": {"halfvec": {"build_s": 1, "results": [result("ef", "on")]}}}]}
+    merged = merge_runs([off, on], append=True)
+    assert [r["huge_pages"] for r in merged[0]["kinds"]["halfvec"]["results"]] == ["off", "on"]
+    assert [r["huge_pages"] for r in merge_runs([off, on])[0]["kinds"]["halfvec"]["results"]] == ["on"]
+
+
+def test_the_plot_shows_the_default_unfiltered_result_with_huge_pages_where_measured() -> None:
+    results = [
+        result("ef=25", "off", default=False),
+        result("ef=40", "off"),
+        result("ef=40", "on", filtered="10%"),
+        result("ef=40", "on"),
+    ]
+    assert plotted(results) is results[3]
+    assert plotted(results[:3]) is results[1]
+    older = [result("ef=40", None)]  # a saved run from before huge pages were recorded
+    assert plotted(older) is older[0]
+    assert plotted([result("ef=25", "on", default=False)]) is None
+
+
+@pytest.mark.integration
+def test_huge_pages_on_is_refused_before_a_restart_when_the_os_reserved_too_few(
+    pg_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server would not start with huge_pages = on and too few reserved: the bench says what to
+    reserve, and leaves the server as it was (no restart, nothing written)."""
+    monkeypatch.setattr(rc, "reserved_huge_pages", lambda: 0)
+    never = cast(EmbeddedPostgres, None)  # the refusal comes before any restart
+    with pytest.raises(SystemExit, match=r"needs \d+ huge pages, the OS has reserved 0; .*vm.nr_hugepages="):
+        rc.set_huge_pages(never, pg_server, "on")
+    with pytest.raises(SystemExit, match="'sometimes' is not one of off, try, on"):
+        rc.set_huge_pages(never, pg_server, "sometimes")
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_file_settings WHERE name = 'huge_pages'").fetchone() == (
+            0,
+        )
+    assert rc.huge_pages_status(pg_server) in ("on", "off")

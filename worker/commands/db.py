@@ -8,6 +8,7 @@ from worker.commands.common import settings_from
 from worker.db.connect import connect
 from worker.db.meta import read_index_meta
 from worker.db.migrate import migrate, pending
+from worker.db.vector_index import read_kind, read_memory
 
 NAME = "db"
 HELP = "database schema: migrate, status"
@@ -53,5 +54,12 @@ def _status(args: argparse.Namespace) -> int:
         meta = read_index_meta(conn)
         row = conn.execute("SELECT count(*) FROM post_index").fetchone()
         posts = int(row[0]) if row else 0
+        memory = read_memory(conn, read_kind(conn))
     print(f"schema up to date; index: {meta.model} ({meta.dimension}-d, {meta.strategy}), {posts} posts")
+    print(
+        f"vector index {memory.index}: {memory.index_bytes / 2**20:.1f} MiB; shared_buffers "
+        f"{memory.shared_buffers_bytes / 2**20:.0f} MiB; huge pages {memory.huge_pages}"
+    )
+    for advice in memory.advice():
+        print(f"warning: {advice} (docs/operations.md, 'Sizing the index')")
     return 0

@@ -17,6 +17,7 @@ takes the build time of the new index (docs/operations.md, sizing).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 import psycopg
@@ -97,3 +98,51 @@ def switch_vector_index(conn: psycopg.Connection, kind: VectorIndexKind, dimensi
     conn.execute(index_ddl(kind, dimension).encode())
     conn.execute("UPDATE index_meta SET vector_index = %s, updated_at = now()", (kind,))
     return True
+
+
+# Above this size a vector index without huge pages costs recall a large share of its time: with 4 KB
+# pages every HNSW scan misses the TLB at most of the pages it visits, and each backend's first touch
+# of a shared-buffer page is a page fault. Measured at 425k x 1024-d (a 1.1 GiB halfvec index,
+# docs/performance.md): p50 end to end 1.7 ms with huge pages, 3.5 ms without, at ef_search 40.
+HUGE_PAGES_ADVISED_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class IndexMemory:
+    """Where ``kind``'s vector index stands against the server's memory settings."""
+
+    index: str
+    index_bytes: int  # 0: no such index
+    shared_buffers_bytes: int
+    huge_pages: str  # "on", "off", or "unknown" (a server before PostgreSQL 17 does not say)
+
+    def advice(self) -> list[str]:
+        """What an operator should change for millisecond recall (docs/operations.md, 'Sizing the
+        index'); empty when nothing."""
+        out = []
+        size = f"{self.index} is {self.index_bytes / 2**30:.2f} GiB"
+        if self.index_bytes > self.shared_buffers_bytes:
+            out.append(
+                f"{size}, more than shared_buffers ({self.shared_buffers_bytes / 2**30:.2f} GiB): "
+                "recall reads pages through the OS cache or the disk; raise shared_buffers"
+            )
+        if self.index_bytes >= HUGE_PAGES_ADVISED_BYTES and self.huge_pages == "off":
+            out.append(
+                f"{size} and the server runs without huge pages: recall takes about twice as long "
+                "as with them; reserve them (vm.nr_hugepages) and set huge_pages = on"
+            )
+        return out
+
+
+def read_memory(conn: psycopg.Connection, kind: VectorIndexKind) -> IndexMemory:
+    """The size of ``kind``'s index, ``shared_buffers`` and whether the server got huge pages
+    (``huge_pages_status``, PostgreSQL 17+; ``huge_pages = try`` falls back silently)."""
+    row = conn.execute(
+        "SELECT coalesce(pg_relation_size(to_regclass(%s)), 0),"
+        " pg_size_bytes(current_setting('shared_buffers')),"
+        " coalesce(current_setting('huge_pages_status', true), 'unknown')",
+        (INDEX_NAMES[kind],),
+    ).fetchone()
+    if row is None:  # pragma: no cover - a SELECT without FROM returns one row
+        raise RuntimeError("no row from the memory settings query")
+    return IndexMemory(INDEX_NAMES[kind], int(row[0]), int(row[1]), str(row[2]))

@@ -39,7 +39,7 @@ from psycopg.pq import TransactionStatus
 
 from worker.db.connect import first_line
 from worker.db.meta import check_index_meta
-from worker.db.vector_index import HNSW_WITH, INDEX_NAMES, hnsw_options, read_graph
+from worker.db.vector_index import HNSW_WITH, INDEX_NAMES, hnsw_options, read_graph, read_memory
 from worker.domain import Candidate
 from worker.errors import IndexMismatchError, ServiceUnavailableError
 from worker.settings import RetrievalSettings
@@ -211,6 +211,8 @@ class PostgresPostIndex:
 
     def check(self) -> None:
         """Compare the index's model, dimension and vector index kind with ours; raise IndexMismatchError.
+        Warn about a graph built with other parameters and about memory settings that slow recall
+        (``IndexMemory.advice``).
 
         Run once, when the retriever is built (``worker.retrieval.factory.build_retriever``, at the
         composition root): a misconfigured process fails at its start, and no question reads
@@ -218,6 +220,9 @@ class PostgresPostIndex:
         with self._statement() as conn:
             meta = check_index_meta(conn, self._model, self._dimension)
             graph = read_graph(conn, self._settings.vector_index)
+            memory = read_memory(conn, self._settings.vector_index)
+        for advice in memory.advice():
+            log.warning("%s (docs/operations.md, 'Sizing the index')", advice)
         if meta.vector_index != self._settings.vector_index:
             raise IndexMismatchError(
                 f"the post index carries a {meta.vector_index} vector index (index_meta), but "
