@@ -36,6 +36,13 @@ def _common(p: argparse.ArgumentParser, *, forum_required: bool) -> None:
         default=",".join(DEFAULT),
         help=f"comma-separated, 'default' or 'all'; known: {', '.join(CONFIGS)}",
     )
+    p.add_argument(
+        "--fit-questions",
+        type=Path,
+        action="append",
+        default=[],
+        help="questions file wholly in the fit half (extra out-of-domain training questions); repeatable",
+    )
     p.add_argument("--limit", type=int, help="only the first N questions (smoke runs)")
     p.add_argument(
         "--half",
@@ -101,6 +108,18 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help="refit from the features.npz a previous fit-stage run saved (no retrieval is run)",
     )
+    f.add_argument(
+        "--topic-features",
+        help="comma-separated topic-score features (default: all; 'none': no topic score; "
+        "see worker/retrieval/stage.py)",
+    )
+    f.add_argument(
+        "--within", type=float, default=1.0, help="weight of a post's share of its topic in the order"
+    )
+    f.add_argument(
+        "--question-features",
+        help="comma-separated abstention-score features (default: all; 'none': no abstention score)",
+    )
     f.add_argument("--dry-run", action="store_true", help="report the fit, do not write the weights")
     f.add_argument(
         "--excerpt-cosines-from",
@@ -158,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             from worker.settings import load_settings
 
             settings = configured_settings() or load_settings()
-            from worker.retrieval.stage import FEATURES
+            from worker.retrieval.stage import FEATURES, QUESTION_FEATURES, TOPIC_FEATURES
 
-            features = tuple(f.strip() for f in args.features.split(",")) if args.features else FEATURES
+            features = _names(args.features, FEATURES)
             second = args.excerpt_model if "excerpt_cosine" in features else None
             collected = args.from_features
             if args.excerpt_cosines_from is not None:
@@ -172,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                 write=not args.dry_run,
                 features=features,
                 collected=collected,
+                topic_features=_names(args.topic_features, TOPIC_FEATURES),
+                within=args.within,
+                question_features=_names(args.question_features, QUESTION_FEATURES),
             )
             print(json.dumps(fitted))
             return 0
@@ -193,6 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     except (UnknownConfigError, DatasetError, FileNotFoundError, ValueError) as exc:
         print(f"eval: {exc}", file=sys.stderr)
         return 2
+
+
+def _names(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list of feature names; ``default`` when unset, none for ``none``."""
+    if value is None:
+        return default
+    if value.strip() == "none":
+        return ()
+    return tuple(f.strip() for f in value.split(",") if f.strip())
 
 
 def _excerpt_features(args: argparse.Namespace, run: RetrievalRun) -> Path:
@@ -224,7 +255,7 @@ def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
 
         forum = DATA if configured_settings() is None else None
     questions = tuple(args.questions or DEV_QUESTIONS)
-    for q in questions:
+    for q in (*questions, *args.fit_questions):
         if not q.is_file():
             raise FileNotFoundError(f"questions file {q} not found")
     return RetrievalRun(
@@ -236,6 +267,7 @@ def _retrieval_run(args: argparse.Namespace) -> RetrievalRun:
         limit=args.limit,
         short=args.short,
         half=args.half,
+        fit_questions=tuple(args.fit_questions),
         write_thresholds=getattr(args, "write_thresholds", False),
         excerpt_model=args.excerpt_model,
         excerpt_dimension=args.excerpt_dimension,

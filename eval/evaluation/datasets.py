@@ -36,6 +36,7 @@ class Question:
     gold_topic_ids: tuple[int, ...] = ()
     exclude_post_ids: tuple[int, ...] = ()
     tags: tuple[str, ...] = ()
+    fixed_half: str | None = None  # a question kept in one half whatever its id (``fit_only``)
 
     @property
     def out_of_domain(self) -> bool:
@@ -47,7 +48,7 @@ class Question:
 
     @property
     def half(self) -> str:
-        return half_of(self.id)
+        return self.fixed_half or half_of(self.id)
 
     @property
     def slice(self) -> str:
@@ -144,6 +145,12 @@ def parse_question(line: str, where: str) -> Question:
     if not q.out_of_domain and not q.answerable:
         raise DatasetError(f"{where}: {qid} has no gold and is not tagged {OUT_OF_DOMAIN}")
     return q
+
+
+def fit_only(questions: Sequence[Question]) -> list[Question]:
+    """``questions`` all in the fit half: extra training questions (out-of-domain ones for the
+    abstention model) that are never scored as held-out figures."""
+    return [replace(q, fixed_half="fit") for q in questions]
 
 
 def read_questions(lines: Iterable[str], name: str = "<questions>") -> list[Question]:

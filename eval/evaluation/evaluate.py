@@ -138,11 +138,12 @@ def channel_ranks(result: RetrievalResult, gold_posts: set[int]) -> dict[str, in
 
 
 def top_logit(result: RetrievalResult) -> float | None:
-    """The score that set the zone: the second stage's, else the rerank logit."""
+    """The score that set the zone: the second stage's best post score (a topic score may order
+    another post first), else the rerank logit."""
     if not result.candidates:
         return None
-    top = result.candidates[0]
-    return top.stage if top.stage is not None else top.logit
+    stage = [c.stage for c in result.candidates if c.stage is not None]
+    return max(stage) if stage else result.candidates[0].logit
 
 
 Collector = Callable[[Question, Config, RetrievalResult], None]

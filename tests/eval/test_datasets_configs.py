@@ -124,3 +124,12 @@ def test_the_halves_split_the_dev_ids_about_evenly() -> None:
 
     halves = [half_of(f"urho-{i}") for i in range(400)]
     assert 160 < halves.count("fit") < 240
+
+
+def test_fit_only_questions_stay_in_the_fit_half_whatever_their_id() -> None:
+    from eval.evaluation.datasets import fit_only, half_of
+
+    ids = [f"ood-fit-{i}" for i in range(40)]
+    assert {half_of(i) for i in ids} == {"fit", "test"}  # by their ids, half would be held out
+    extra = fit_only([Question(i, "How do I boil an egg?", tags=("out_of_domain",)) for i in ids])
+    assert {q.half for q in extra} == {"fit"}

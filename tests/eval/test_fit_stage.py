@@ -7,7 +7,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eval.evaluation.fit_stage import Collected, cross_validated, fit, hits_at, stage_thresholds
+from eval.evaluation.fit_stage import (
+    Collected,
+    abstention_threshold,
+    answerable_only,
+    cross_validated,
+    fit,
+    fit_abstention,
+    hits_at,
+    ranked,
+    stage_thresholds,
+    with_parts,
+)
 from worker.retrieval.stage import FEATURES
 
 COL = {f: i for i, f in enumerate(FEATURES)}
@@ -126,3 +137,101 @@ def test_excerpt_cosines_from_a_vector_file_are_learnt_and_missing_ones_count_as
         fit(data, ["cosine", "excerpt_cosine"], "m")
     full.save(tmp_path / "f.npz")
     assert np.array_equal(Collected.load(tmp_path / "f.npz").post, post)
+
+
+def with_out_of_domain(data: Collected, questions: int = 40, seed: int = 7) -> Collected:
+    """``data`` plus out-of-domain questions: candidates whose cosines are all low, none gold."""
+    rng = np.random.default_rng(seed)
+    per = 12
+    x = np.zeros((questions * per, len(FEATURES)))
+    x[:, COL["cosine"]] = rng.normal(0.2, 0.08, size=len(x))
+    q0 = len(data.questions)
+    return Collected(
+        np.vstack([data.x, x]),
+        np.concatenate([data.y, np.zeros(len(x))]),
+        np.concatenate([data.question, q0 + np.repeat(np.arange(questions), per)]),
+        np.concatenate([data.gold_topic, np.zeros(len(x))]),
+        np.concatenate([data.topic, 10**6 + np.arange(len(x))]),
+        (*data.questions, *(f"ood{i}" for i in range(questions))),
+        data.meta,
+        None,
+        np.concatenate([data.answerable_mask(), np.zeros(questions, dtype=bool)]),
+    )
+
+
+def test_out_of_domain_questions_round_trip_and_stay_out_of_the_post_fit(tmp_path: Path) -> None:
+    data = synthetic(questions=30)
+    both = with_out_of_domain(data)
+    both.save(tmp_path / "f.npz")
+    back = Collected.load(tmp_path / "f.npz")
+    assert back.answerable_mask().sum() == 30
+    assert len(back.questions) == 70
+    assert synthetic(questions=2).answerable_mask().all()  # features collected before: all answerable
+    features = ("cosine", "first_post", "asker_followed")
+    assert fit(both, features, "m") == fit(data, features, "m")
+    assert hits_at(answerable_only(back), fit(back, features, "m")) == hits_at(data, fit(data, features, "m"))
+
+
+def test_the_abstention_score_separates_out_of_domain_questions_and_keeps_five_percent() -> None:
+    data = with_out_of_domain(synthetic(questions=100), questions=60)
+    features = ("cosine", "first_post", "asker_followed")
+    cv = cross_validated(data, features, "m", question_features=("top", "top_cosine"))
+    oof = cv["oof"]
+    assert not np.isnan(oof).any()
+    _threshold, slices = abstention_threshold(data, oof)
+    assert slices["long"]["abstained"] <= 0.05
+    assert slices["short"]["abstained"] <= 0.05
+    assert slices["ood"]["n"] == 60
+    assert slices["ood"]["abstained"] >= 0.9
+    model = with_parts(
+        data,
+        fit(data, features, "m"),
+        topic_features=None,
+        within=1.0,
+        question_features=("top", "top_cosine"),
+        l2=1.0,
+    )
+    assert model.abstention is not None
+    assert model.topic is None
+    assert dict(zip(model.abstention.features, model.abstention.weights, strict=True))["top_cosine"] > 0
+    with pytest.raises(ValueError, match="out-of-domain"):
+        fit_abstention(synthetic(questions=10), model)
+
+
+def test_a_topic_score_learns_that_pooled_replies_beat_a_lone_one() -> None:
+    """Each question: the gold topic has three replies a little below one distractor reply, and its
+    answer among them (asker_followed); pooled, the gold topic is found first."""
+    rng = np.random.default_rng(3)
+    xs, ys, qs, gts, topics, ids = [], [], [], [], [], []
+    for q in range(80):
+        ids.append(f"q{q}")
+        for i in range(8):
+            x = np.zeros(len(FEATURES))
+            gold = i < 3
+            x[COL["cosine"]] = (0.55 if gold else 0.6 if i == 3 else 0.3) + rng.normal(0, 0.01)
+            x[COL["asker_followed"]] = 1.0 if i == 0 else 0.0
+            xs.append(x)
+            ys.append(1.0 if i == 0 else 0.0)
+            qs.append(q)
+            gts.append(1.0 if gold else 0.0)
+            topics.append(1000 * q + (0 if gold else i))
+    data = Collected(
+        np.asarray(xs), np.asarray(ys), np.asarray(qs), np.asarray(gts), np.asarray(topics), tuple(ids), {}
+    )
+    alone = cross_validated(data, ("cosine",), "m")
+    pooled = cross_validated(data, ("cosine",), "m", topic_features=("best", "pooled", "count"))
+    assert alone["topic_hit@5"] == 1.0  # both are found in five topics; what differs is the first
+    post_model = fit(data, ("cosine",), "m")
+    model = with_parts(
+        data,
+        post_model,
+        topic_features=("best", "pooled", "count"),
+        within=1.0,
+        question_features=None,
+        l2=1.0,
+    )
+    first_alone = np.mean([data.gold_topic[o[0]] for o in ranked(data, post_model)])
+    first_pooled = np.mean([data.gold_topic[o[0]] for o in ranked(data, model)])
+    assert first_alone < 0.2
+    assert first_pooled > 0.9
+    assert pooled["topic_hit@5"] == 1.0

@@ -16,6 +16,7 @@ compares: legacy, posts, posts+keyword, posts+keyword+rerank, +neighbours.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -375,7 +376,15 @@ class Retriever:
             ranked = rank_rows(model, head, rows)
             by_id = {c.post_id: r for c, r in zip(head, rows, strict=True)}
             limits = self.thresholds(model.scorer_id)
-            zone = assign_zone(ranked[0].stage if ranked else None, limits.abstain_below, limits.weak_below)
+            scores = [c.stage for c in ranked if c.stage is not None]
+            top = max(scores, default=None)
+            answerable = model.answerable(scores, [by_id[c.post_id] for c in ranked])
+            if answerable is None:
+                zone = assign_zone(top, limits.abstain_below, limits.weak_below)
+            elif answerable < model.abstain_below:
+                zone = "abstain"
+            else:
+                zone = assign_zone(top, -math.inf, limits.weak_below)
             st.counts = {
                 "in": len(head),
                 "topic_posts": len(added),
@@ -384,7 +393,7 @@ class Retriever:
                 "excerpt": len(excerpt or {}),
             }
             st.scores([c.stage for c in ranked])
-            st.info = {"model_set": model.model_set, "zone": zone, "brief": brief}
+            st.info = {"model_set": model.model_set, "zone": zone, "brief": brief, "answerable": answerable}
         return ranked + tail, zone, tuple(by_id[c.post_id] for c in ranked)
 
     def _thread(

@@ -37,6 +37,21 @@ fitting half of the development set; never the questions that are scored with th
 then the log-odds that the post is an accepted answer, and the top candidate's score sets the zone
 with the thresholds calibrated for the model set (``zone_thresholds.json``, key
 ``stage:<model_set_id>``).
+
+Two optional parts of a model set, fitted by the same command on the same half:
+
+- **Topics** (``topic``): each topic's replies among the candidates pooled into topic features
+  (``TOPIC_FEATURES``: the best post score, their log-sum-exp, how many, the best excerpt cosine,
+  lexical score and cosine; ``topic_rows``) and a linear topic score (the log-odds that the topic is
+  the question's). Candidates are then ordered by ``log σ(topic score) + within · log softmax(post
+  score within its topic)``: the topic's chance times the post's share of it, so that the best topics
+  come first and, within a topic, its likeliest answer (the post score prefers an accepted-looking
+  reply).
+- **Abstention** (``abstention``): a question-level score (``QUESTION_FEATURES``: the top post score,
+  its gap to the fifth, the best lexical score, the best cosine and excerpt cosine, whether the
+  question is brief), the log-odds that the question is answerable from the forum; below
+  ``abstain_below`` the zone is ``abstain`` whatever the top post score says (the weak / normal
+  boundary stays on the top post score).
 """
 
 from __future__ import annotations
@@ -69,6 +84,8 @@ FEATURES = (
     "brief_lexical",
     "excerpt_cosine",
 )
+TOPIC_FEATURES = ("best", "pooled", "count", "best_excerpt", "best_lexical", "best_cosine")
+QUESTION_FEATURES = ("top", "gap", "lexical_top", "top_cosine", "top_excerpt", "brief")
 BRIEF_CHARS = 160  # what a member writes to a bot in one sentence (the eval's short questions)
 _NO_FACTS = PostFacts()
 
@@ -80,41 +97,48 @@ def model_set_id(embedding_model: str, excerpt_model: str | None = None) -> str:
     return f"{base}+{excerpt_model}" if excerpt_model else base
 
 
+def _linear(
+    features: Sequence[str],
+    weights: Sequence[float],
+    mean: Sequence[float],
+    std: Sequence[float],
+    bias: float,
+    row: Mapping[str, float],
+) -> float:
+    """``bias + Σ w · (x − mean) / std``; a missing (NaN) value counts as the feature's mean."""
+    return bias + sum(
+        w * (row[f] - m) / s
+        for f, w, m, s in zip(features, weights, mean, std, strict=True)
+        if not math.isnan(row[f])
+    )
+
+
+def _check(features: Sequence[str], known: Sequence[str], *arrays: Sequence[float]) -> None:
+    if any(len(a) != len(features) for a in arrays):
+        raise ValueError("one weight, mean and std per feature")
+    unknown = set(features) - set(known)
+    if unknown:
+        raise ValueError(f"unknown features: {sorted(unknown)}")
+    if any(s <= 0 or not math.isfinite(s) for s in arrays[-1]):
+        raise ValueError("standard deviations must be positive")
+
+
 @dataclass(frozen=True, slots=True)
-class StageModel:
-    model_set: str
+class Linear:
+    """A linear score over standardised features of a topic or a question (see the module)."""
+
     features: tuple[str, ...]
     weights: tuple[float, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
     bias: float = 0.0
+    known: tuple[str, ...] = TOPIC_FEATURES + QUESTION_FEATURES
 
     def __post_init__(self) -> None:
-        n = len(self.features)
-        if not (len(self.weights) == len(self.mean) == len(self.std) == n):
-            raise ValueError("one weight, mean and std per feature")
-        unknown = set(self.features) - set(FEATURES)
-        if unknown:
-            raise ValueError(f"unknown second-stage features: {sorted(unknown)}")
-        if any(s <= 0 or not math.isfinite(s) for s in self.std):
-            raise ValueError("standard deviations must be positive")
-
-    @property
-    def scorer_id(self) -> str:
-        """The key of this model set's zone thresholds."""
-        return f"stage:{self.model_set}"
+        _check(self.features, self.known, self.weights, self.mean, self.std)
 
     def score(self, row: Mapping[str, float]) -> float:
-        """The log-odds of ``row``; a missing (NaN) value counts as the feature's mean."""
-        return self.bias + sum(
-            w * (row[f] - m) / s
-            for f, w, m, s in zip(self.features, self.weights, self.mean, self.std, strict=True)
-            if not math.isnan(row[f])
-        )
-
-    @property
-    def uses_excerpt(self) -> bool:
-        return "excerpt_cosine" in self.features
+        return _linear(self.features, self.weights, self.mean, self.std, self.bias, row)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +148,69 @@ class StageModel:
             "std": [round(s, 6) for s in self.std],
             "bias": round(self.bias, 6),
         }
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> Linear:
+        return cls(
+            tuple(row["features"]),
+            tuple(float(x) for x in row["weights"]),
+            tuple(float(x) for x in row["mean"]),
+            tuple(float(x) for x in row["std"]),
+            float(row.get("bias", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StageModel:
+    model_set: str
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    bias: float = 0.0
+    topic: Linear | None = None  # the topic score that orders topics (module docstring)
+    within: float = 1.0  # the weight of a post's share of its topic in the order
+    abstention: Linear | None = None  # the question-level answerable score
+    abstain_below: float = -math.inf  # its threshold
+
+    def __post_init__(self) -> None:
+        try:
+            _check(self.features, FEATURES, self.weights, self.mean, self.std)
+        except ValueError as exc:
+            raise ValueError(f"second stage: {exc}") from None
+
+    @property
+    def scorer_id(self) -> str:
+        """The key of this model set's zone thresholds."""
+        return f"stage:{self.model_set}"
+
+    def score(self, row: Mapping[str, float]) -> float:
+        """The log-odds of ``row``; a missing (NaN) value counts as the feature's mean."""
+        return _linear(self.features, self.weights, self.mean, self.std, self.bias, row)
+
+    def answerable(self, scores: Sequence[float], rows: Sequence[Mapping[str, float]]) -> float | None:
+        """The question-level log-odds that the question is answerable (None without that model)."""
+        if self.abstention is None or not scores:
+            return None
+        return self.abstention.score(question_row(scores, rows))
+
+    @property
+    def uses_excerpt(self) -> bool:
+        return "excerpt_cosine" in self.features
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "features": list(self.features),
+            "weights": [round(w, 6) for w in self.weights],
+            "mean": [round(m, 6) for m in self.mean],
+            "std": [round(s, 6) for s in self.std],
+            "bias": round(self.bias, 6),
+        }
+        if self.topic is not None:
+            out["topic"] = {**self.topic.as_dict(), "within": round(self.within, 6)}
+        if self.abstention is not None:
+            out["abstention"] = {**self.abstention.as_dict(), "abstain_below": round(self.abstain_below, 6)}
+        return out
 
 
 def read_weights(path: Path = WEIGHTS_FILE) -> dict[str, Any]:
@@ -139,6 +226,7 @@ def read_weights(path: Path = WEIGHTS_FILE) -> dict[str, Any]:
 def _models(path: Path) -> Mapping[str, StageModel]:
     out = {}
     for name, row in read_weights(path)["model_sets"].items():
+        topic, abstention = row.get("topic"), row.get("abstention")
         out[name] = StageModel(
             model_set=name,
             features=tuple(row["features"]),
@@ -146,6 +234,10 @@ def _models(path: Path) -> Mapping[str, StageModel]:
             mean=tuple(float(x) for x in row["mean"]),
             std=tuple(float(x) for x in row["std"]),
             bias=float(row.get("bias", 0.0)),
+            topic=Linear.from_dict(topic) if topic else None,
+            within=float(topic.get("within", 1.0)) if topic else 1.0,
+            abstention=Linear.from_dict(abstention) if abstention else None,
+            abstain_below=float(abstention["abstain_below"]) if abstention else -math.inf,
         )
     return out
 
@@ -232,7 +324,71 @@ def rank(
 def rank_rows(
     model: StageModel, candidates: Sequence[Candidate], rows: Sequence[Mapping[str, float]]
 ) -> list[Candidate]:
-    """``candidates`` by ``model``'s score of their feature ``rows``, best first (stable on ties)."""
-    scored = [replace(c, stage=model.score(r)) for c, r in zip(candidates, rows, strict=True)]
-    order = sorted(range(len(scored)), key=lambda i: (-(scored[i].stage or 0.0), i))
-    return [scored[i] for i in order]
+    """``candidates`` by ``model``'s score of their feature ``rows``, best first (stable on ties); with a
+    topic score, by topic and share of the topic (``ordering``). ``stage`` is the post score."""
+    scores = [model.score(r) for r in rows]
+    scored = [replace(c, stage=v) for c, v in zip(candidates, scores, strict=True)]
+    return [scored[i] for i in ordering(model, [c.topic_id for c in candidates], scores, rows)]
+
+
+def _logsumexp(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def _nanmax(values: Sequence[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return max(finite) if finite else math.nan
+
+
+def topic_rows(
+    topics: Sequence[int], scores: Sequence[float], rows: Sequence[Mapping[str, float]]
+) -> dict[int, dict[str, float]]:
+    """Each topic's replies among the candidates pooled into ``TOPIC_FEATURES`` (post ``scores``,
+    feature ``rows``); a topic with no reply among them pools its first post. Replies only: an answer
+    is a reply, and a question's own topic (in the eval, the gold topic whose first post is the
+    question, hidden from retrieval) must not look different for lacking its first post."""
+    members: dict[int, list[int]] = {}
+    for i, t in enumerate(topics):
+        members.setdefault(t, []).append(i)
+    out = {}
+    for t, every in members.items():
+        idx = [i for i in every if not rows[i]["first_post"]] or every
+        post = [scores[i] for i in idx]
+        out[t] = {
+            "best": max(post),
+            "pooled": _logsumexp(post),
+            "count": math.log(len(idx)),
+            "best_excerpt": _nanmax([rows[i]["excerpt_cosine"] for i in idx]),
+            "best_lexical": max(rows[i]["lexical"] for i in idx),
+            "best_cosine": max(rows[i]["cosine"] for i in idx),
+        }
+    return out
+
+
+def ordering(
+    model: StageModel, topics: Sequence[int], scores: Sequence[float], rows: Sequence[Mapping[str, float]]
+) -> list[int]:
+    """Candidate indices best first: by post score, or with a topic score by ``log σ(topic score) +
+    within · (post score − log-sum-exp of its topic's post scores)`` (stable on ties)."""
+    key = list(scores)
+    if model.topic is not None and scores:
+        pooled = topic_rows(topics, scores, rows)
+        for i, t in enumerate(topics):
+            z = model.topic.score(pooled[t])
+            log_p = -math.log1p(math.exp(-z)) if z > -30 else z
+            key[i] = log_p + model.within * (scores[i] - pooled[t]["pooled"])
+    return sorted(range(len(key)), key=lambda i: (-key[i], i))
+
+
+def question_row(scores: Sequence[float], rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """``QUESTION_FEATURES`` of one question from its candidates' post scores and feature rows."""
+    ranked = sorted(scores, reverse=True)
+    return {
+        "top": ranked[0],
+        "gap": ranked[0] - ranked[min(4, len(ranked) - 1)],
+        "lexical_top": rows[0]["lexical_top"],
+        "top_cosine": max(r["cosine"] for r in rows),
+        "top_excerpt": _nanmax([r["excerpt_cosine"] for r in rows]),
+        "brief": 1.0 if any(r["brief_cosine"] or r["brief_lexical"] for r in rows) else 0.0,
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +21,18 @@ from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.retrieval.stage import (
     FEATURES,
+    QUESTION_FEATURES,
+    TOPIC_FEATURES,
+    Linear,
     StageModel,
     feature_rows,
     is_brief,
     load_model,
     model_set_id,
+    question_row,
     rank,
     read_weights,
+    topic_rows,
     write_model,
 )
 from worker.settings import RetrievalSettings
@@ -152,7 +158,98 @@ def test_retrieve_with_the_second_stage_fuses_both_channels_and_sets_the_zone(
     assert [c.post_id for c in plain.candidates] == [1, 2]  # today's shape: cosine alone here
 
 
+@pytest.mark.integration
+def test_the_abstention_score_sets_the_abstain_zone_and_the_top_post_score_the_rest(
+    conn: psycopg.Connection,
+) -> None:
+    insert_post(conn, 1, angle_vector(10), topic_id=1, post_number=2, title="Fog", text="Use a fog end")
+    s = RetrievalSettings.model_validate({"recall_k": 2, "stage_k": 10, "sources_k": 3})
+    question = "fog end"
+    embedder = FakeEmbedder(model="test-model", table={question: angle_vector(0)})
+    connections = single_connection(conn)
+    index = PostgresPostIndex(connections, s, model="test-model", dimension=8)
+    lexical = PostgresLexicalIndex(connections)
+    d = len(QUESTION_FEATURES)
+    sure = replace(model(cosine=1.0), bias=50.0)  # a top post score far in the normal zone
+    zones = {}
+    with Retriever(embedder, index, None, None, s, lexical=lexical) as retriever:
+        for name, bias in (("doubt", -5.0), ("answerable", 5.0)):
+            abstention = Linear(QUESTION_FEATURES, (0.0,) * d, (0.0,) * d, (1.0,) * d, bias)
+            retriever.use_stage_model(replace(sure, abstention=abstention, abstain_below=0.0))
+            result = retriever.retrieve(question, use_lexical=True, use_stage=True)
+            stage = result.trace.get("stage")
+            assert stage is not None
+            zones[name] = (result.zone, stage.info["answerable"])
+    assert zones == {"doubt": ("abstain", -5.0), "answerable": ("normal", 5.0)}
+
+
 def test_provisional_model_is_cosine_alone() -> None:
     m = provisional("x")
     assert dict(zip(m.features, m.weights, strict=True))["cosine"] == 1.0
     assert sum(abs(w) for w in m.weights) == 1.0
+
+
+def topic_cand(post_id: int, topic_id: int, *, post_number: int = 2, cosine: float = 0.5) -> Candidate:
+    return replace(cand(post_id, post_number=post_number, cosine=cosine), topic_id=topic_id)
+
+
+def with_topic(base: StageModel, within: float = 1.0, bias: float = 0.0, **weights: float) -> StageModel:
+    d = len(TOPIC_FEATURES)
+    w = tuple(weights.get(f, 0.0) for f in TOPIC_FEATURES)
+    topic = Linear(TOPIC_FEATURES, w, (0.0,) * d, (1.0,) * d, bias)
+    return replace(base, topic=topic, within=within)
+
+
+def test_a_topic_score_orders_topics_by_pooled_evidence_and_its_answer_first() -> None:
+    # topic 7: two replies a little below topic 9's one reply; pooled, topic 7 holds more evidence
+    cands = [
+        topic_cand(1, 9, cosine=0.65),
+        topic_cand(2, 7, cosine=0.6),
+        topic_cand(3, 7, cosine=0.6),
+        topic_cand(4, 7, post_number=1, cosine=0.9),  # topic 7's question: not an answer
+    ]
+    post_model = model(cosine=10.0, first_post=-5.0)
+    assert [c.post_id for c in rank(post_model, cands)] == [1, 2, 3, 4]
+    pooled = with_topic(post_model, 0.5, -65.0, pooled=10.0)  # log-odds 1.9 for topic 7, 0 for 9
+    ranked = rank(pooled, cands)
+    assert [c.post_id for c in ranked] == [2, 3, 1, 4]  # topic 7's replies first, then topic 9
+    assert ranked[0].stage == pytest.approx(6.0)  # ``stage`` stays the post score
+    # a post's share of its topic counts too: at full weight, two equal replies halve each other
+    assert next(c.post_id for c in rank(replace(pooled, within=1.0), cands)) == 1
+
+
+def test_topics_pool_their_replies_only_unless_they_have_none() -> None:
+    rows = feature_rows(
+        [topic_cand(1, 5, post_number=1, cosine=0.9), topic_cand(2, 5), topic_cand(3, 6, post_number=1)]
+    )
+    pooled = topic_rows([5, 5, 6], [4.0, 1.0, 2.0], rows)
+    assert pooled[5]["best"] == 1.0
+    assert pooled[5]["count"] == 0.0
+    assert pooled[5]["best_cosine"] == pytest.approx(0.5)
+    assert pooled[6]["best"] == 2.0  # only its question among the candidates: that is pooled
+    assert np.isnan(pooled[5]["best_excerpt"])
+
+
+def test_question_row_reads_the_top_score_its_gap_to_the_fifth_and_brevity() -> None:
+    rows = feature_rows([cand(i, cosine=0.1 * i) for i in range(1, 8)], brief=True)
+    q = question_row([7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0], rows)
+    assert (q["top"], q["gap"], q["brief"]) == (7.0, 4.0, 1.0)
+    assert q["top_cosine"] == pytest.approx(0.7)
+    assert question_row([2.0, 1.0], feature_rows([cand(1), cand(2)]))["gap"] == 1.0  # fewer than five
+    assert question_row([2.0], feature_rows([cand(1)]))["brief"] == 0.0
+
+
+def test_topic_and_abstention_parts_round_trip_through_the_weights_file(tmp_path: Path) -> None:
+    path = tmp_path / "w.json"
+    d = len(QUESTION_FEATURES)
+    abstention = Linear(QUESTION_FEATURES, (1.0,) * d, (0.0,) * d, (2.0,) * d, -1.0)
+    m = replace(with_topic(model(cosine=1.0), 0.5, pooled=2.0), abstention=abstention, abstain_below=-0.3)
+    write_model(replace(m, model_set="set-a"), {"fitted": "now"}, path=path)
+    back = load_model("set-a", path=path)
+    assert back == replace(m, model_set="set-a")
+    assert back.answerable([], []) is None
+    rows = feature_rows([cand(1, cosine=0.5)])
+    assert back.answerable([1.0], rows) == pytest.approx(abstention.score(question_row([1.0], rows)))
+    assert model(cosine=1.0).answerable([1.0], rows) is None  # no abstention part: the top score decides
+    with pytest.raises(ValueError, match="unknown"):
+        Linear(("colour",), (1.0,), (0.0,), (1.0,))
