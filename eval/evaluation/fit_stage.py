@@ -514,6 +514,9 @@ def fit_stage(
             raise ValueError(
                 f"unknown features: {sorted(set(names or ()) - set(known))}; known: {', '.join(known)}"
             )
+    if "excerpt_cosine" not in features:  # a model set without the second model has no excerpt cosines
+        topic_features = tuple(f for f in topic_features or () if f != "best_excerpt")
+        question_features = tuple(f for f in question_features or () if f != "top_excerpt")
     if collected is not None:
         data = Collected.load(collected)
     else:

@@ -235,3 +235,33 @@ def test_a_topic_score_learns_that_pooled_replies_beat_a_lone_one() -> None:
     assert first_alone < 0.2
     assert first_pooled > 0.9
     assert pooled["topic_hit@5"] == 1.0
+
+
+def test_fit_stage_from_collected_features_fits_all_three_parts_and_reports_out_of_fold(
+    tmp_path: Path,
+) -> None:
+    from eval.evaluation.fit_stage import fit_stage
+    from eval.evaluation.runner import RetrievalRun
+
+    data = with_out_of_domain(synthetic(questions=100), questions=60)
+    data.x[:, COL["excerpt_cosine"]] = np.nan  # collected without the second model's column
+    data.save(tmp_path / "f.npz")
+    run = RetrievalRun(forum=None, questions=(), configs=(), out=tmp_path / "out")
+    # no excerpt cosine among the post features: the default topic and question features drop theirs
+    fitted = fit_stage(
+        run,
+        "m",
+        write=False,
+        features=("cosine", "first_post", "asker_followed"),
+        collected=tmp_path / "f.npz",
+    )
+    assert "best_excerpt" not in fitted["model"]["topic"]["features"]
+    assert "top_excerpt" not in fitted["model"]["abstention"]["features"]
+    assert fitted["out_of_domain_questions"] == 60
+    assert fitted["questions"] == 100
+    out_of_fold = fitted["abstention"]["fit_half_out_of_fold"]
+    assert out_of_fold["long"]["abstained"] <= 0.05
+    assert out_of_fold["ood"]["abstained"] >= 0.9
+    assert fitted["model"]["abstention"]["abstain_below"] == pytest.approx(
+        fitted["abstention"]["abstain_below"], abs=1e-3
+    )
