@@ -75,49 +75,79 @@ class CachedEmbedder:
         return [fresh[i] if r is None else self._vecs[r].tolist() for i, r in enumerate(rows)]
 
 
-def build(
-    forum: Path,
-    out: Path,
-    *,
-    pg: Path,
-    model: str,
-    dimension: int = 768,
-    batch_size: int = 32,
-    chunk: int = 1024,
-) -> dict[str, float]:
-    """Write ``out`` (``sha``, ``post_id``, ``vec``) for every eligible post of ``forum`` (see the module)."""
+def index_texts(
+    forum: Path, url: str, *, model: str | None = None, dimension: int | None = None
+) -> list[tuple[int, str, str]]:
+    """``post_index`` rows (post id, topic title, text) of ``forum`` as the eval's MiniLM index holds
+    them: the backfill with a null embedder into the (migrated) database ``url``, texts cut by the
+    MiniLM tokenizer. ``model`` / ``dimension``: what ``index_meta`` of ``url`` records (default: the
+    configured recall model's)."""
     from transformers import AutoTokenizer
 
     from backfill.run import BackfillOptions, run_backfill
     from backfill.sources.file import FileSource
-    from eval.stack.postgres import EmbeddedPostgres, ensure_database
-    from worker.clients.embeddings import embedder_for
     from worker.clients.local_embedder import resolve_model_path
     from worker.db.connect import connect
-    from worker.db.migrate import migrate
-    from worker.retrieval.excerpts import excerpt_of
-    from worker.settings import EmbeddingsSettings, Settings
+    from worker.settings import Settings
     from worker.testing.models import FakeEmbedder
+
+    settings = Settings.model_validate({"database": {"url": url}})
+    recall = settings.embeddings
+    run_backfill(
+        settings.database,
+        FileSource(forum.resolve()),
+        FakeEmbedder(model=model or recall.model, dimension=dimension or recall.dimension, fixed=True),
+        BackfillOptions(max_tokens=recall.max_tokens, progress=False, build_index=False),
+        tokenizer=AutoTokenizer.from_pretrained(str(resolve_model_path(recall.model))),
+    )
+    with connect(settings.database) as conn:
+        rows = conn.execute("SELECT post_id, topic_title, text FROM post_index ORDER BY post_id").fetchall()
+    return [(int(pid), str(title), str(text)) for pid, title, text in rows]
+
+
+def write_vectors(
+    rows: Sequence[tuple[int, str, str]], embedder: Embedder, out: Path, *, chunk: int = 1024
+) -> dict[str, float]:
+    """Embed each row's excerpt (``worker.retrieval.excerpts.excerpt_of``) and write ``out``: ``sha``,
+    ``post_id``, ``vec``."""
+    from worker.retrieval.excerpts import excerpt_of
+
+    texts = [excerpt_of(title, text)[0] for _pid, title, text in rows]
+    vecs = np.zeros((len(texts), embedder.dimension), dtype=np.float32)
+    start = time.perf_counter()
+    for i in range(0, len(texts), chunk):
+        vecs[i : i + chunk] = np.asarray(embedder.embed(texts[i : i + chunk], kind="passage"), np.float32)
+        done = min(i + chunk, len(texts))
+        log.info("excerpts: %d / %d, %.1f/s", done, len(texts), done / (time.perf_counter() - start))
+    seconds = time.perf_counter() - start
+    np.savez(
+        out,
+        sha=np.asarray([text_sha(t) for t in texts], dtype="S64"),
+        post_id=np.asarray([r[0] for r in rows], dtype=np.int64),
+        vec=vecs,
+    )
+    return {
+        "excerpts": len(texts),
+        "seconds": round(seconds, 1),
+        "per_s": round(len(texts) / max(seconds, 1e-9), 2),
+    }
+
+
+def build(
+    forum: Path, out: Path, *, pg: Path, model: str, dimension: int = 768, batch_size: int = 32
+) -> dict[str, float]:
+    """Write ``out`` for every eligible post of ``forum`` (see the module), on a scratch server in ``pg``."""
+    from eval.stack.postgres import EmbeddedPostgres, ensure_database
+    from worker.clients.embeddings import embedder_for
+    from worker.db.migrate import migrate
+    from worker.settings import EmbeddingsSettings, Settings
 
     server = EmbeddedPostgres(pg)
     admin = server.start()
     try:
         url = ensure_database(admin, "citebot_excerpt_cache", fresh=True)
-        settings = Settings.model_validate({"database": {"url": url}})
-        recall = settings.embeddings
-        migrate(settings)
-        tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(recall.model)))
-        run_backfill(
-            settings.database,
-            FileSource(forum.resolve()),
-            FakeEmbedder(model=recall.model, dimension=recall.dimension, fixed=True),
-            BackfillOptions(max_tokens=recall.max_tokens, progress=False, build_index=False),
-            tokenizer=tokenizer,
-        )
-        with connect(settings.database) as conn:
-            rows = conn.execute(
-                "SELECT post_id, topic_title, text FROM post_index ORDER BY post_id"
-            ).fetchall()
+        migrate(Settings.model_validate({"database": {"url": url}}))
+        rows = index_texts(forum, url)
     finally:
         server.stop()
     cfg = EmbeddingsSettings.model_validate(
@@ -129,24 +159,7 @@ def build(
             "batch_size": batch_size,
         }
     )
-    embedder = embedder_for(cfg, None)
-    texts = [excerpt_of(str(title), str(text))[0] for _pid, title, text in rows]
-    vecs = np.zeros((len(texts), dimension), dtype=np.float32)
-    start = time.perf_counter()
-    for i in range(0, len(texts), chunk):
-        vecs[i : i + chunk] = np.asarray(
-            embedder.embed(texts[i : i + chunk], kind="passage"), dtype=np.float32
-        )
-        done = min(i + chunk, len(texts))
-        log.info("excerpts: %d / %d, %.1f/s", done, len(texts), done / (time.perf_counter() - start))
-    seconds = time.perf_counter() - start
-    np.savez(
-        out,
-        sha=np.asarray([text_sha(t) for t in texts], dtype="S64"),
-        post_id=np.asarray([int(r[0]) for r in rows], dtype=np.int64),
-        vec=vecs,
-    )
-    return {"excerpts": len(texts), "seconds": round(seconds, 1), "per_s": round(len(texts) / seconds, 2)}
+    return write_vectors(rows, embedder_for(cfg, None), out)
 
 
 def main(argv: list[str] | None = None) -> int:
