@@ -1,7 +1,8 @@
 """The gate itself: normalise a question, try the rules in order, return a decision.
 
 A rule is tried only when its trigger groups all have a word in the question, and its pattern is
-searched only in the sentences that hold a word of its first group (see :mod:`gate.rules`). An
+searched only in the sentences that hold a word of its first group (see :mod:`gate.rules`), and
+there only at the word starts where one of its matches can begin (``Rule.starts``). An
 exception is *scoped*: it excuses one match of the pattern only when it matches in that match's
 clause (the sentence, cut at clause breaks such as ";", "but", "btw", "for real", "en vrai"),
 within the rule's ``exception_window`` characters either side. The rule hits when one match is not
@@ -25,8 +26,11 @@ from __future__ import annotations
 import bisect
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import regex
 
 from gate.language import language_of
 from gate.lexical import LexicalDecision, LexicalHead
@@ -90,6 +94,22 @@ class Gate:
         self._head_lengths = tuple(
             sorted({len(p) for rule in rules.rules for group in rule.triggers for p in group.prefixes})
         )
+        # The trigger groups inverted: a trigger word or prefix -> (rule, bit of its group). A question
+        # then costs a look-up per word it holds, not a set test per rule and group.
+        self._by_word: dict[str, list[tuple[int, int]]] = {}
+        self._by_prefix: dict[str, list[tuple[int, int]]] = {}
+        for r, rule in enumerate(rules.rules):
+            for g, group in enumerate(rule.triggers):
+                for word in group.words:
+                    self._by_word.setdefault(word, []).append((r, 1 << g))
+                for prefix in group.prefixes:
+                    self._by_prefix.setdefault(prefix, []).append((r, 1 << g))
+        self._trigger_words = frozenset(self._by_word)
+        self._trigger_prefixes = frozenset(self._by_prefix)
+        self._full = [(1 << len(rule.triggers)) - 1 for rule in rules.rules]
+        # Every literal beginning where a rule's match can start (Rule.starts), and their lengths.
+        self._start_vocabulary = frozenset().union(*(r.starts for r in rules.rules if r.starts is not None))
+        self._start_lengths = tuple(sorted({len(b) for b in self._start_vocabulary}))
 
     @classmethod
     def load(
@@ -114,17 +134,10 @@ class Gate:
         language = language_of(words, original)
         timed_out: list[str] = []
         ends: list[int] | None = None
+        starts: _Starts | None = None
         verdict: LexicalDecision | None = None
-        for rule in self.rules.rules:
-            # Every trigger group needs a word or a word beginning of the question. A plain loop, not
-            # all() over a generator: this runs for every rule of every question.
-            skip = False
-            for group in rule.triggers:
-                if group.words.isdisjoint(words) and group.prefixes.isdisjoint(heads):
-                    skip = True
-                    break
-            if skip:
-                continue
+        for r in self._tried(words, heads):
+            rule = self.rules.rules[r]
             if rule.triggers:
                 if ends is None:
                     ends = [m.start() for m in _SENTENCE_END.finditer(normalized)]
@@ -133,7 +146,9 @@ class Gate:
                     continue
             else:
                 spans = [(0, len(normalized))]
-            if self._hits(rule, normalized, spans, timed_out):
+            if starts is None and rule.starts is not None:
+                starts = _Starts(normalized, self._start_vocabulary, self._start_lengths)
+            if self._hits(rule, normalized, spans, timed_out, starts):
                 if not rule.strict and self.lexical is not None and self.lexical.veto is not None:
                     verdict = verdict or self.lexical.check(normalized)
                     if verdict.score < self.lexical.veto:
@@ -151,6 +166,18 @@ class Gate:
             return GateDecision(False, None, None, language, None, tuple(timed_out), verdict.score)
         return GateDecision(False, None, None, language, None, tuple(timed_out))
 
+    def _tried(self, words: set[str], heads: set[str]) -> list[int]:
+        """The rules (indices, in file order) whose every trigger group has a word or a word
+        beginning in the question; rules without triggers always."""
+        groups = [0] * len(self._full)
+        for word in words & self._trigger_words:
+            for r, bit in self._by_word[word]:
+                groups[r] |= bit
+        for head in heads & self._trigger_prefixes:
+            for r, bit in self._by_prefix[head]:
+                groups[r] |= bit
+        return [r for r, (have, full) in enumerate(zip(groups, self._full, strict=True)) if have == full]
+
     def lexical_score(self, text: str) -> float | None:
         """The lexical head's logit for ``text`` (None without a head), rules aside: what the
         embedding layer's lexical floor reads when the rules did not run."""
@@ -158,10 +185,19 @@ class Gate:
             return None
         return self.lexical.check(normalize(text[: self.max_chars])).score
 
-    def _hits(self, rule: Rule, normalized: str, spans: list[tuple[int, int]], timed_out: list[str]) -> bool:
+    def _hits(
+        self,
+        rule: Rule,
+        normalized: str,
+        spans: list[tuple[int, int]],
+        timed_out: list[str],
+        starts: _Starts | None = None,
+    ) -> bool:
         if rule.exception is None:
             try:
-                return any(rule.pattern.search(normalized, s, e, timeout=self.timeout_s) for s, e in spans)
+                return any(
+                    next(self._matches(rule, normalized, s, e, starts), None) is not None for s, e in spans
+                )
             except TimeoutError:
                 log.warning("gate rule %s: pattern timed out; counted as no hit", rule.id)
                 timed_out.append(rule.id)
@@ -170,7 +206,7 @@ class Gate:
             matches = [
                 (m.start(), m.end(), s, e)
                 for s, e in spans
-                for m in rule.pattern.finditer(normalized, s, e, timeout=self.timeout_s)
+                for m in self._matches(rule, normalized, s, e, starts)
             ]
         except TimeoutError:
             log.warning("gate rule %s: pattern timed out; counted as no hit", rule.id)
@@ -182,6 +218,23 @@ class Gate:
             log.warning("gate rule %s: exception timed out; counted as a hit", rule.id)
             timed_out.append(rule.id)
             return True
+
+    def _matches(
+        self, rule: Rule, text: str, s: int, e: int, starts: _Starts | None
+    ) -> Iterator[regex.Match[str]]:
+        """The matches of ``rule.pattern`` in ``text[s:e]``, as ``finditer`` gives them; with
+        ``rule.starts``, the pattern is tried only at the word starts where a match can begin."""
+        if rule.starts is None or starts is None:
+            yield from rule.pattern.finditer(text, s, e, timeout=self.timeout_s)
+            return
+        at = s
+        for start in starts.positions(rule.starts, s, e):
+            if start < at:
+                continue
+            match = rule.pattern.match(text, start, e, timeout=self.timeout_s)
+            if match is not None:
+                yield match
+                at = match.end()
 
     def _excused(self, rule: Rule, text: str, start: int, end: int, s: int, e: int) -> bool:
         """Whether an exception matches in the clause of the match ``text[start:end]`` (inside the
@@ -222,3 +275,48 @@ def _sentences(
         for s, e in spans
         if all(any(text.find(needle, s, e) != -1 for needle in needles) for needles in present[1:])
     ]
+
+
+_REGEX_WORDS = regex.compile(r"\w+")
+"""Words as the rules' engine reads them: a word start here is exactly where ``\\b`` then a letter
+holds in a pattern."""
+
+
+class _Starts:
+    """Where each literal beginning of ``vocabulary`` starts a word, in the sentences of one
+    normalised question, each sentence read once when a first rule is tried there: the positions of
+    its words, the beginnings of each distinct word; then a rule's candidate positions are a few
+    look-ups."""
+
+    __slots__ = ("lengths", "sentences", "text", "vocabulary")
+
+    def __init__(self, text: str, vocabulary: frozenset[str], lengths: tuple[int, ...]) -> None:
+        self.text = text
+        self.vocabulary = vocabulary
+        self.lengths = lengths
+        self.sentences: dict[tuple[int, int], tuple[dict[str, list[int]], dict[str, list[str]]]] = {}
+
+    def _read(self, s: int, e: int) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
+        where: dict[str, list[int]] = {}
+        for match in _REGEX_WORDS.finditer(self.text, s, e):
+            where.setdefault(match.group(), []).append(match.start())
+        heads: dict[str, list[str]] = {}
+        for word in where:
+            size = len(word)
+            for n in self.lengths:
+                if n > size:
+                    break
+                head = word[:n]
+                if head in self.vocabulary:
+                    heads.setdefault(head, []).append(word)
+        self.sentences[(s, e)] = (where, heads)
+        return where, heads
+
+    def positions(self, beginnings: frozenset[str], s: int, e: int) -> list[int]:
+        """The word starts in ``text[s:e]`` (a sentence, or the whole text) whose word begins with
+        one of ``beginnings``, in order."""
+        where, heads = self.sentences.get((s, e)) or self._read(s, e)
+        words = [word for head in beginnings.intersection(heads) for word in heads[head]]
+        if len(words) == 1:
+            return where[words[0]]
+        return sorted({p for word in words for p in where[word]})

@@ -94,7 +94,9 @@ _LEET_TOKEN = re.compile(r"[\w@$€|!]*[\w@$€]")
 _TOKEN_CHAR = re.compile(r"[\w@$€|!]")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 # After folding, letters are ASCII but for scripts with no Latin look-alike (left as they are).
-_REPEATS = re.compile(r"([a-z])\1+")
+# A letter the same letter follows: deleting each leaves one of every run. The replacement is a plain
+# (empty) string, which the engine substitutes without a Python call per match.
+_REPEATS = re.compile(r"([a-z])(?=\1)")
 # In a pattern: escapes (kept whole, so "\\bb" and "\\N{SMALL}" survive) or a run of one letter.
 _PATTERN_REPEATS = re.compile(r"\\[pPN]\{[^}]*\}|\\.|([^\W\d_])\1+")
 _CACHE_LIMIT = 20_000
@@ -214,7 +216,7 @@ def normalize(text: str) -> str:
     text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
     if "-" in text:
         text = _HYPHENATED.sub(_join_pieces, text)
-    return _REPEATS.sub(r"\1", _unleet(text))
+    return _REPEATS.sub("", _unleet(text))
 
 
 def fold_pattern(pattern: str) -> str:

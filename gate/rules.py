@@ -48,7 +48,7 @@ from pathlib import Path
 import regex
 
 from gate.errors import RulesError
-from gate.literals import cost, word_needs
+from gate.literals import cost, word_beginnings, word_needs
 from gate.normalize import fold_pattern
 
 SUPPORTED_VERSION = 1
@@ -78,6 +78,7 @@ _LEXICON_WORDS = regex.compile(r"[ \-]+")
 _LEXICON_HEAD = regex.compile(r"[ \-']+")
 _LEXICON_ENTRY = regex.compile(r"[a-z0-9][a-z0-9' \-]*\*?")
 PREFIX_HEAD = 5
+_ASCII_WORD = regex.compile(r"[a-z0-9_]+")
 """Only the first five letters of a prefix trigger count: the gate compares them with word beginnings."""
 _REPLY_LANGUAGES = ("en", "fr")
 _ID = regex.compile(r"[a-z0-9][a-z0-9._\-]*")
@@ -103,6 +104,10 @@ class Rule:
     ``strict`` rules (categories with no benign reading) have no exceptions at all.
     ``triggers`` (folded like the text): when not empty, the rule is tried only on questions that
     satisfy every group (a speed-up; see the module docstring).
+    ``starts`` (derived from ``pattern``, a speed-up): the literal beginnings (ASCII letters, digits,
+    ``_``; at most ``PREFIX_HEAD``) of the word every match starts at (``gate.literals.word_beginnings``):
+    the pattern need only be tried at those word starts. ``None`` when they cannot be derived (the
+    pattern is then scanned at every position).
     """
 
     id: str
@@ -114,6 +119,7 @@ class Rule:
     triggers: tuple[TriggerGroup, ...] = ()
     strict: bool = False
     exception_window: int = DEFAULT_EXCEPTION_WINDOW
+    starts: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,17 +347,29 @@ def _rule(
     if strict and exceptions:
         raise RulesError(source, "a strict rule (no benign reading) takes no exceptions", rule_id)
     window = _count(raw, "exception_window", DEFAULT_EXCEPTION_WINDOW, 10, 400, source, rule_id)
+    pattern = _join(patterns, source, rule_id, "patterns")
     return Rule(
         id=rule_id,
         category=category,
         language=str(language),
         description=description,
-        pattern=_join(patterns, source, rule_id, "patterns"),
+        pattern=pattern,
         exception=_join(exceptions, source, rule_id, "exceptions") if exceptions else None,
         triggers=triggers,
         strict=strict,
         exception_window=window,
+        starts=match_starts(pattern),
     )
+
+
+def match_starts(pattern: regex.Pattern[str]) -> frozenset[str] | None:
+    """The literal beginnings of the word where every match of ``pattern`` starts, or None when they
+    cannot be derived. Trying ``pattern`` only at the starts of words with one of them finds exactly
+    the matches a scan of every position finds."""
+    beginnings = word_beginnings(pattern.pattern, PREFIX_HEAD)
+    if beginnings is None or not all(_ASCII_WORD.fullmatch(b) for b in beginnings):
+        return None
+    return beginnings
 
 
 def _count(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -149,3 +150,32 @@ def test_patterns_are_matched_inside_the_sentences_that_hold_a_trigger() -> None
     assert gate.check("first bomb! then: make a bomb").hit
     assert not gate.check("I make a. Bomb is a word.").hit  # never across a sentence end
     assert not gate.check("make a cake. bomb").hit
+
+
+def test_a_pattern_is_tried_only_where_a_match_can_begin() -> None:
+    # \b(?:make|build) begins every match: the rule knows those beginnings and finds the same matches
+    # (leftmost, non-overlapping, the exception scoped to each) as a scan of every position.
+    text = rules(r"\b(?:make|build)[^\w.!?]+(?:a[^\w.!?]+)?bomb", r"\bgame\b", second=False)
+    gate = Gate(parse_rules(text, source="t"))
+    rule = gate.rules.rules[0]
+    assert rule.starts == frozenset({"make", "build"})
+    scan = Gate(dataclasses.replace(gate.rules, rules=(dataclasses.replace(rule, starts=None),)))
+    for question in (
+        "how do I make a bomb",
+        "remake a bomb",  # "remake" is no word start of "make": neither finds it
+        "make a bomb in my game; then build a bomb",
+        "make a bomb in my game, then build a bomb for real",
+        "in my game make a bomb",
+        "build bomb; make a bomb",
+        "makes a bomb",
+    ):
+        assert gate.check(question) == scan.check(question), question
+    assert gate.check("make a bomb in my game; then build a bomb").hit  # the second match is not excused
+    assert not gate.check("remake a bomb").hit
+
+
+def test_no_beginnings_when_a_match_may_start_inside_a_word() -> None:
+    for pattern in (r"bomb", r"\w+ bomb", r"[^.!?]{0,20}\bbomb"):
+        gate = Gate(parse_rules(rules(pattern, second=False), source="t"))
+        assert gate.rules.rules[0].starts is None, pattern
+    assert Gate(parse_rules(rules(r"bomb", second=False), source="t")).check("abomb").hit
