@@ -568,7 +568,7 @@ def fit_stage(
     if model.abstention is not None and oof is not None:
         threshold, slices = abstention_threshold(data, oof)
         model = replace(model, abstain_below=threshold)
-        figures["abstention"] = {"abstain_below": round(threshold, 3), "fit_half_out_of_fold": slices}
+        figures["abstention_fit"] = {"abstain_below": round(threshold, 3), "fit_half_out_of_fold": slices}
     abstain, weak, slices = stage_thresholds(data, model)
     figures["thresholds"] = {"abstain_below": round(abstain, 3), "weak_below": round(weak, 3)}
     if write:

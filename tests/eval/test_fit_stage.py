@@ -19,7 +19,7 @@ from eval.evaluation.fit_stage import (
     stage_thresholds,
     with_parts,
 )
-from worker.retrieval.stage import FEATURES
+from worker.retrieval.stage import FEATURES, Linear
 
 COL = {f: i for i, f in enumerate(FEATURES)}
 
@@ -259,9 +259,19 @@ def test_fit_stage_from_collected_features_fits_all_three_parts_and_reports_out_
     assert "top_excerpt" not in fitted["model"]["abstention"]["features"]
     assert fitted["out_of_domain_questions"] == 60
     assert fitted["questions"] == 100
-    out_of_fold = fitted["abstention"]["fit_half_out_of_fold"]
+    out_of_fold = fitted["abstention_fit"]["fit_half_out_of_fold"]
     assert out_of_fold["long"]["abstained"] <= 0.05
     assert out_of_fold["ood"]["abstained"] >= 0.9
     assert fitted["model"]["abstention"]["abstain_below"] == pytest.approx(
-        fitted["abstention"]["abstain_below"], abs=1e-3
+        fitted["abstention_fit"]["abstain_below"], abs=1e-3
     )
+    # what fit-stage writes loads back: no figure of the fit overwrites a part of the weights
+    import dataclasses
+
+    from worker.retrieval.stage import load_model, write_model
+
+    figures = {k: v for k, v in fitted.items() if k != "model"}
+    model = fit(data, ("cosine", "first_post", "asker_followed"), "m")
+    abstention = Linear.from_dict(fitted["model"]["abstention"])
+    write_model(dataclasses.replace(model, abstention=abstention), figures, path=tmp_path / "w.json")
+    assert load_model("m", path=tmp_path / "w.json").abstention == abstention

@@ -255,8 +255,12 @@ def load_model(model_set: str, path: Path = WEIGHTS_FILE) -> StageModel:
 
 def write_model(model: StageModel, figures: Mapping[str, Any], path: Path = WEIGHTS_FILE) -> None:
     """Record ``model``'s weights with how they were fitted (other model sets are kept)."""
+    weights = model.as_dict()
+    clash = set(weights) & set(figures)
+    if clash:
+        raise ValueError(f"the fit's figures would overwrite the weights' {sorted(clash)}")
     data = read_weights(path)
-    data["model_sets"][model.model_set] = {**model.as_dict(), **figures}
+    data["model_sets"][model.model_set] = {**weights, **figures}
     data["model_sets"] = dict(sorted(data["model_sets"].items()))
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     _models.cache_clear()

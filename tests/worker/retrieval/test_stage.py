@@ -251,5 +251,7 @@ def test_topic_and_abstention_parts_round_trip_through_the_weights_file(tmp_path
     rows = feature_rows([cand(1, cosine=0.5)])
     assert back.answerable([1.0], rows) == pytest.approx(abstention.score(question_row([1.0], rows)))
     assert model(cosine=1.0).answerable([1.0], rows) is None  # no abstention part: the top score decides
+    with pytest.raises(ValueError, match="overwrite"):
+        write_model(replace(m, model_set="set-a"), {"abstention": {"fit": "figures"}}, path=path)
     with pytest.raises(ValueError, match="unknown"):
         Linear(("colour",), (1.0,), (0.0,), (1.0,))
