@@ -44,7 +44,9 @@ _SPACED = re.compile(
 _SPACED_PUNCT = re.compile(rf"(?<![\w@$€|]){_C}(?P<sep>[._*\-] ){_C}(?:(?P=sep){_C})+(?![\w@$€|])")
 # Letter-by-letter words with two or more spaces between words: "h o w  t o  m a k e".
 # Starts only where a run starts (not after "x "), and never gives back what it took: linear.
-_WIDE_SPELLED = re.compile(r"(?<!\S)(?<!\S )\S(?: \S)++(?: {2,}+\S(?: \S)*+)++(?!\S)")
+# Every spelled letter stands alone (``(?!\S)``), so a plain word one space after the run ends it
+# instead of failing the whole run ("r a d i c a l i z e   m y   c o u s i n - what").
+_WIDE_SPELLED = re.compile(r"(?<!\S)(?<!\S )\S(?: \S(?!\S))++(?: {2,}+\S(?!\S)(?: \S(?!\S))*+)++(?!\S)")
 _WIDE_GAP = re.compile(r" {2,}")
 # A word cut into pieces by single hyphens, one piece short ("ex-plo-sif", "pi-pe", "bo-mb").
 _HYPHENATED = re.compile(r"\b[a-z]+(?:-[a-z]+)+\b")
@@ -92,6 +94,7 @@ _SEPARATORS = re.compile(r"[ ._*\-]")
 _LEET_CORE = re.compile(r"[0-9@$€|!](?:(?<=[a-z].)[0-9@$€|!]*[a-z]|(?<=[@$€])(?<![\w@$€|!].)[a-z])")
 _LEET_TOKEN = re.compile(r"[\w@$€|!]*[\w@$€]")
 _TOKEN_CHAR = re.compile(r"[\w@$€|!]")
+_EDGE_LEET = re.compile(r"\b(?=[a-z]*[0-9])(?=[0-9]*[a-z])[a-z0-9]+\b")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 # After folding, letters are ASCII but for scripts with no Latin look-alike (left as they are).
 # A letter the same letter follows: deleting each leaves one of every run. The replacement is a plain
@@ -205,7 +208,11 @@ def _unleet(text: str) -> str:
         parts.append(text[start:end].translate(_LEET))
         done = end
     parts.append(text[done:])
-    return "".join(parts)
+    if len(parts) < 5:  # fewer than two leet words: "t0", "x64" or "c4" stay as written
+        return "".join(parts)
+    # A question written in leet (two leet words at least): a digit at either end of a word that
+    # also holds a letter is a letter too ("h0w t0", "0n", "4nd", "1d"). Numbers stay.
+    return _EDGE_LEET.sub(lambda m: m.group().translate(_LEET), "".join(parts))
 
 
 def normalize(text: str) -> str:

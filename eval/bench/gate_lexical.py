@@ -224,11 +224,14 @@ def train(args: argparse.Namespace) -> int:
     if args.veto_rate >= 0:
         caught = np.sort(oof[harmful & vetoable])
         veto = float(caught[int(args.veto_rate * len(caught))]) - args.veto_margin
+        # No known word is no evidence of a look-alike: a question the head knows nothing of scores
+        # the bias, and the veto stays under it by the margin too.
+        veto = min(veto, float(b) - args.veto_margin)
         veto_info = {
             "veto": (
                 f"the logit under which {int(args.veto_rate * len(caught))} of the {len(caught)} harmful "
-                f"lines that benign-reading rules block score out of fold ({veto + args.veto_margin:.3f}), "
-                f"- {args.veto_margin}"
+                f"lines that benign-reading rules block score out of fold, or the bias (a question "
+                f"with no known word) when lower ({veto + args.veto_margin:.3f}), - {args.veto_margin}"
             ),
             "out_of_fold_vetoed_harmful": int((caught < veto).sum()),
             "out_of_fold_vetoed_look_alikes": int((oof[~harmful & vetoable] < veto).sum()),

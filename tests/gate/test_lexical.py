@@ -195,3 +195,12 @@ def test_the_veto_drops_a_benign_reading_rules_hit_on_a_look_alike_never_a_stric
     data = vetoing(-3.0).to_json()
     assert data["veto"] == -3.0
     assert "veto" not in vetoing(None).to_json()
+
+
+def test_the_shipped_veto_needs_evidence_of_a_look_alike() -> None:
+    # A question of words the head has never seen scores its bias: that is no look-alike, and a
+    # benign-reading rule's hit on it must stand (the 'banana' rule of a small rules file, the CLI).
+    head = LexicalHead.load()
+    assert head.veto is not None
+    assert head.veto < head.check("").score
+    assert head.veto < head.check("zzqx wvvk").score

@@ -42,6 +42,12 @@ from gate.normalize import _FoldTable, fold, fold_pattern, normalize
         ("$tupid k1ll", "stupid kil"),
         ("50 euros, x64, c4, urho3d 2024", "50 euros, x64, c4, urhoed 2024"),
         ("kill!! now|", "kil!! now|"),
+        # A question in leet (two leet words at least): digits at the ends of its words are letters.
+        ("h0w t0 st34l 4 c4r 0n 1 d4y", "how to steal 4 car on 1 day"),
+        ("b0mb x64 t0", "bomb x64 t0"),
+        # Letter-by-letter words with wide gaps, then a plain word one space on.
+        ("r e c i p e   f o r   a   m o l o t o v  that burns", "recipe for a molotov that burns"),
+        ("m é t h o d e s   d e   s u i c i d e classées", "methodes de suicide clases"),
         # Repeated letters squeezed, digits kept.
         ("boooommmb 1000", "bomb 1000"),
         ("", ""),
