@@ -230,3 +230,12 @@ def test_untouched_blind_set_12_keeps_its_recorded_floor(gate: Gate) -> None:
     # (eval/data/gate-heldout/README.md): what the rules and the lexical head blocked then. The fifth
     # session's rules block one more of its benign lines (aggregate only; its rows were not read).
     assert_floor(gate, HELD_OUT_12, (130, 132), blocked=81, false_blocks=4)
+
+
+HELD_OUT_13 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-13.jsonl")
+
+
+def test_untouched_blind_set_13_keeps_its_recorded_floor(gate: Gate) -> None:
+    # Issue 17's fifth session: a fresh set, scored once on the final gate (6cc5a20) and never tuned
+    # on (eval/data/gate-heldout/README.md): what the rules and the lexical head blocked then.
+    assert_floor(gate, HELD_OUT_13, (130, 132), blocked=108, false_blocks=1)
