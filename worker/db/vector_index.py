@@ -103,7 +103,8 @@ def switch_vector_index(conn: psycopg.Connection, kind: VectorIndexKind, dimensi
 # Above this size a vector index without huge pages costs recall a large share of its time: with 4 KB
 # pages every HNSW scan misses the TLB at most of the pages it visits, and each backend's first touch
 # of a shared-buffer page is a page fault. Measured at 425k x 1024-d (a 1.1 GiB halfvec index,
-# docs/performance.md): p50 end to end 1.7 ms with huge pages, 3.5 ms without, at ef_search 40.
+# docs/performance.md, three quiet runs): p50 end to end 1.88 ms with huge pages, 3.02 ms without, at
+# ef_search 25.
 HUGE_PAGES_ADVISED_BYTES = 512 * 2**20
 
 
@@ -128,7 +129,7 @@ class IndexMemory:
             )
         if self.index_bytes >= HUGE_PAGES_ADVISED_BYTES and self.huge_pages == "off":
             out.append(
-                f"{size} and the server runs without huge pages: recall takes about twice as long "
+                f"{size} and the server runs without huge pages: recall takes about 1.6 times as long "
                 "as with them; reserve them (vm.nr_hugepages) and set huge_pages = on"
             )
         return out
