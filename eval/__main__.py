@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from eval.evaluation.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
@@ -226,10 +227,18 @@ def _names(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(f.strip() for f in value.split(",") if f.strip())
 
 
+def question_texts(files: Sequence[Path]) -> dict[str, str]:
+    """Id -> text of every question a fit collected features for: the questions files' (short forms
+    included) and the out-of-domain training questions' (``--fit-questions``), which the features
+    hold too."""
+    from eval.evaluation.datasets import load_questions, with_short_forms
+
+    return {q.id: q.question for q in with_short_forms(load_questions(list(files)))}
+
+
 def _excerpt_features(args: argparse.Namespace, run: RetrievalRun) -> Path:
     """``--from-features`` with the excerpt cosines computed from ``--excerpt-cosines-from``, saved to
     ``OUT/features.npz`` (see ``eval.evaluation.fit_stage.with_excerpt_cosines``)."""
-    from eval.evaluation.datasets import load_questions, with_short_forms
     from eval.evaluation.fit_stage import Collected, with_excerpt_cosines
     from worker.clients.embeddings import embedder_for
     from worker.settings import ExcerptEmbeddingsSettings
@@ -239,7 +248,7 @@ def _excerpt_features(args: argparse.Namespace, run: RetrievalRun) -> Path:
     cfg = ExcerptEmbeddingsSettings.model_validate(
         {"model": args.excerpt_model, "dimension": args.excerpt_dimension, "max_tokens": 384}
     )
-    texts = {q.id: q.question for q in with_short_forms(load_questions(list(run.questions)))}
+    texts = question_texts([*run.questions, *args.fit_questions])
     data = with_excerpt_cosines(
         Collected.load(args.from_features), texts, embedder_for(cfg, None), args.excerpt_cosines_from
     )

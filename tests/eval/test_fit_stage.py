@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -275,3 +276,31 @@ def test_fit_stage_from_collected_features_fits_all_three_parts_and_reports_out_
     abstention = Linear.from_dict(fitted["model"]["abstention"])
     write_model(dataclasses.replace(model, abstention=abstention), figures, path=tmp_path / "w.json")
     assert load_model("m", path=tmp_path / "w.json").abstention == abstention
+
+
+def test_the_excerpt_cosines_refit_knows_the_out_of_domain_training_questions(tmp_path: Path) -> None:
+    """``fit-stage --from-features … --fit-questions … --excerpt-cosines-from``: the features hold the
+    --fit-questions' rows too, so their texts must be looked up (it raised KeyError: 'ood-fit-095')."""
+    from eval.__main__ import question_texts
+
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text(
+        json.dumps(
+            {
+                "id": "q1",
+                "question": "How do I load a scene? I tried the editor first and it failed.",
+                "gold_post_ids": [1],
+                "gold_topic_ids": [1],
+            }
+        )
+        + "\n"
+    )
+    ood = tmp_path / "ood-fit.jsonl"
+    ood.write_text(
+        json.dumps({"id": "ood-fit-095", "question": "Best pizza in Naples?", "tags": ["out_of_domain"]})
+        + "\n"
+    )
+    texts = question_texts([dev, ood])
+    assert texts["ood-fit-095"] == "Best pizza in Naples?"
+    assert "q1" in texts
+    assert any(k.startswith("q1") and k != "q1" for k in texts)  # the short form, as the fit collects it
