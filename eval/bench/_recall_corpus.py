@@ -173,10 +173,11 @@ def set_huge_pages(server: EmbeddedPostgres, url: str, mode: str) -> str:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SHOW shared_memory_size_in_huge_pages").fetchone()
         needed = int(row[0]) if row else 0
-        if mode == "on" and needed > reserved_huge_pages():
+        reserved = reserved_huge_pages()
+        if mode == "on" and needed > reserved:
             raise SystemExit(
                 f"--huge-pages on: this server needs {needed} huge pages, the OS has reserved "
-                f"{reserved_huge_pages()}; as root: sysctl -w vm.nr_hugepages={needed + 16}"
+                f"{reserved}; as root: sysctl -w vm.nr_hugepages={needed + 16}"
             )
         conn.execute(f"ALTER SYSTEM SET huge_pages = '{mode}'")  # a literal: one of HUGE_PAGE_MODES
     return server.restart()

@@ -150,13 +150,16 @@ class Linear:
         }
 
     @classmethod
-    def from_dict(cls, row: Mapping[str, Any]) -> Linear:
+    def from_dict(
+        cls, row: Mapping[str, Any], known: tuple[str, ...] = TOPIC_FEATURES + QUESTION_FEATURES
+    ) -> Linear:
         return cls(
             tuple(row["features"]),
             tuple(float(x) for x in row["weights"]),
             tuple(float(x) for x in row["mean"]),
             tuple(float(x) for x in row["std"]),
             float(row.get("bias", 0.0)),
+            known,
         )
 
 
@@ -199,13 +202,7 @@ class StageModel:
         return "excerpt_cosine" in self.features
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "features": list(self.features),
-            "weights": [round(w, 6) for w in self.weights],
-            "mean": [round(m, 6) for m in self.mean],
-            "std": [round(s, 6) for s in self.std],
-            "bias": round(self.bias, 6),
-        }
+        out = Linear(self.features, self.weights, self.mean, self.std, self.bias, FEATURES).as_dict()
         if self.topic is not None:
             out["topic"] = {**self.topic.as_dict(), "within": round(self.within, 6)}
         if self.abstention is not None:
@@ -227,13 +224,14 @@ def _models(path: Path) -> Mapping[str, StageModel]:
     out = {}
     for name, row in read_weights(path)["model_sets"].items():
         topic, abstention = row.get("topic"), row.get("abstention")
+        post = Linear.from_dict(row, FEATURES)
         out[name] = StageModel(
             model_set=name,
-            features=tuple(row["features"]),
-            weights=tuple(float(x) for x in row["weights"]),
-            mean=tuple(float(x) for x in row["mean"]),
-            std=tuple(float(x) for x in row["std"]),
-            bias=float(row.get("bias", 0.0)),
+            features=post.features,
+            weights=post.weights,
+            mean=post.mean,
+            std=post.std,
+            bias=post.bias,
             topic=Linear.from_dict(topic) if topic else None,
             within=float(topic.get("within", 1.0)) if topic else 1.0,
             abstention=Linear.from_dict(abstention) if abstention else None,
