@@ -30,11 +30,15 @@ def rows_of(path: Path) -> list[dict[str, object]]:
 def test_the_training_sets_are_there_in_both_languages() -> None:
     assert [p.name for p in TRAINING_FILES] == [
         "gate-train-13.jsonl",
+        "gate-train-14.jsonl",
+        "gate-train-15.jsonl",
+        "gate-train-16.jsonl",
         "gate-train-en.jsonl",
         "gate-train-fr.jsonl",
     ]
     langs = Counter(str(row["lang"]) for path in TRAINING_FILES for row in rows_of(path))
-    assert langs == {"en": 938 + 390, "fr": 938 + 390}
+    # train-14 is English, train-15 French, train-16 half of each
+    assert langs == {"en": 938 + 390 + 780 + 390, "fr": 938 + 390 + 780 + 390}
 
 
 @pytest.mark.parametrize("path", TRAINING_FILES, ids=lambda p: p.name)
@@ -72,6 +76,8 @@ def test_training_rows_hold_every_file_once_with_its_labels() -> None:
     sources = Counter(row.source for row in rows)
     assert sources["gate-train-en.jsonl"] == 938
     assert sources["gate-train-fr.jsonl"] == 938
+    for name in ("gate-train-14.jsonl", "gate-train-15.jsonl", "gate-train-16.jsonl"):
+        assert sources[name] == 780, name
     assert sources["exemplars.jsonl"] > 0
     en = [row for row in rows if row.source == "gate-train-en.jsonl"]
     assert sum(row.harmful for row in en) == 468
