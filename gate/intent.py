@@ -22,6 +22,11 @@ What it holds (``gate/intent/<model>.json``, one file per embedding model, writt
   harmful requests; their words score far below any request's, so the floor keeps the layer to
   questions whose words already lean harmful, and the layer's false blocks over the whole archive
   can be counted by embedding only the posts at or above the floor;
+- optionally ``lexical_weight`` and ``lexical_clip`` (a stacked head; needs the floor and the
+  linear head): the logit is ``weights · v + bias + lexical_weight · clip(lexical score,
+  *lexical_clip)``, one regression over the embedding and the lexical head's logit, so that two
+  signals each too weak to block alone add up (the lexical logit it was fitted on is the head's
+  out-of-fold score of each training line: what it scores a question it has not seen);
 - ``model``, ``dimension`` and ``exemplars_sha256``: the vector space the exemplars belong to and
   the exemplars that made them. A vector of another size is refused (``IntentError``).
 
@@ -95,6 +100,8 @@ class IntentLayer:
         bias: float = 0.0,
         lexical_floor: float | None = None,
         lexical_sha256: str = "",
+        lexical_weight: float | None = None,
+        lexical_clip: tuple[float, float] = (-8.0, 12.0),
     ) -> None:
         self.model = model
         self.harmful = np.asarray(harmful, dtype=np.float32)
@@ -117,6 +124,16 @@ class IntentLayer:
         self.lexical_sha256 = lexical_sha256
         if self.lexical_floor is not None and not math.isfinite(self.lexical_floor):
             raise IntentError(f"{source}: the lexical floor must be a finite logit")
+        self.lexical_weight = None if lexical_weight is None else float(lexical_weight)
+        low, high = (float(v) for v in lexical_clip)
+        self.lexical_clip = (low, high)
+        if self.lexical_weight is not None:
+            if weights is None or self.lexical_floor is None:
+                raise IntentError(f"{source}: a lexical weight needs the linear head and a lexical floor")
+            if not (math.isfinite(self.lexical_weight) and math.isfinite(low) and math.isfinite(high)):
+                raise IntentError(f"{source}: the lexical weight and clip must be finite")
+            if not low < high:
+                raise IntentError(f"{source}: the lexical clip must be an interval (low < high)")
         if self.weights is not None:
             if self.weights.shape != (self.harmful.shape[1],) or not np.isfinite(self.weights).all():
                 raise IntentError(f"{source}: the linear head needs one finite weight per dimension")
@@ -177,6 +194,8 @@ class IntentLayer:
                 bias=float(data.get("bias", 0.0)),
                 lexical_floor=None if data.get("lexical_floor") is None else float(data["lexical_floor"]),
                 lexical_sha256=str(data.get("lexical_sha256", "")),
+                lexical_weight=None if data.get("lexical_weight") is None else float(data["lexical_weight"]),
+                lexical_clip=tuple(data.get("lexical_clip", (-8.0, 12.0))),
             )
         except IntentError:
             raise
@@ -210,13 +229,20 @@ class IntentLayer:
                 if self.weights is None
                 else {"weights": _encode(self.weights, "<f4"), "bias": round(self.bias, 6)}
             )
+            | (
+                {}
+                if self.lexical_weight is None
+                else {"lexical_weight": round(self.lexical_weight, 6), "lexical_clip": list(self.lexical_clip)}
+            )
         )
 
     def check(self, vector: Sequence[float] | Any, *, lexical_score: float | None = None) -> IntentDecision:
         """Judge one question by its embedding. Raises IntentError for a vector of the wrong size.
 
         With a ``lexical_floor``, a hit also needs the lexical head's logit for the same question
-        (``GateDecision.lexical_score``) at the floor or above; without that score it never hits."""
+        (``GateDecision.lexical_score``) at the floor or above; without that score it never hits.
+        With a ``lexical_weight``, that logit (clipped) is also a term of the score; without it the
+        score is the embedding's part alone (for the trace) and never hits."""
         v = np.asarray(vector, dtype=np.float32)
         if v.shape != (self.dimension,):
             raise IntentError(
@@ -226,6 +252,9 @@ class IntentLayer:
         nearest = np.argsort(-to_harmful, kind="stable")[: self.k]
         if self.weights is not None:
             score = float(self.weights @ v + self.bias)
+            if self.lexical_weight is not None and lexical_score is not None:
+                low, high = self.lexical_clip
+                score += self.lexical_weight * min(max(float(lexical_score), low), high)
         else:
             top_benign = np.sort(self.benign @ v)[-self.k :]
             score = float(to_harmful[nearest].mean() - top_benign.mean())

@@ -14,9 +14,11 @@ What it holds (``gate/lexical.json``, written by ``python -m eval.bench gate_lex
   that names the category of a hit (the canned reply follows it);
 - ``veto`` (optional): a logit far below the threshold. A question whose best unit scores under it
   reads as benign as the look-alikes the head was fitted on, and a hit of a rule that has a benign
-  reading (not ``strict``) is then dropped (``gate.matcher``); strict rules are never vetoed. The
-  best unit is a maximum over the question's clauses, so a benign sentence elsewhere cannot lower
-  it: the veto respects the rules' scoping;
+  reading (not ``strict``) is then dropped (``gate.matcher``, :meth:`LexicalHead.vetoes`); strict
+  rules are never vetoed. The best unit is a maximum over the question's clauses, so a benign
+  sentence elsewhere cannot lower it: the veto respects the rules' scoping. The veto needs
+  evidence: a question of which the head knows no feature (it scores the bias) is never vetoed,
+  whatever the veto, since words the head never saw say nothing of a look-alike;
 - ``info``: what it was fitted on and how the threshold was calibrated.
 
 Features of a unit (:func:`features`): each word, each word's first five letters, and the pairs of
@@ -55,12 +57,14 @@ class LexicalError(ValueError):
 @dataclass(frozen=True, slots=True)
 class LexicalDecision:
     """What the lexical head decided: ``score`` is the highest unit's logit, ``category`` the
-    category model's choice for that unit (only for a hit: None below the threshold)."""
+    category model's choice for that unit (only for a hit: None below the threshold); ``known``
+    whether the head knows any feature of the question (else its score is the bias: no evidence)."""
 
     hit: bool
     category: str | None
     score: float
     threshold: float
+    known: bool = True
 
 
 def features(unit: str) -> list[str]:
@@ -165,12 +169,14 @@ class LexicalHead:
         category is read only for a hit, from the best unit's features."""
         sentences = [w for w in (_words(m.group()) for m in _SENTENCE.finditer(normalized)) if w]
         if not sentences:
-            return LexicalDecision(False, None, self.bias, self.threshold)
+            return LexicalDecision(False, None, self.bias, self.threshold, known=False)
         known: list[list[set[Any]]] = []
         scores: list[float] = []
+        any_known = False
         for words in sentences:
             found = [sets & keys for (_, keys), sets in zip(self._kinds, _feature_sets(words), strict=True)]
             known.append(found)
+            any_known = any_known or any(found)
             scores.append(self.bias + self._sum(found))
         best = max(range(len(scores)), key=scores.__getitem__)
         best_value, best_words = scores[best], sentences[best]
@@ -200,8 +206,16 @@ class LexicalHead:
             if value > best_value:
                 best_value, best_words = value, a + b
         if best_value < self.threshold:
-            return LexicalDecision(False, None, best_value, self.threshold)
+            # a stem pair across two sentences can be known when neither sentence's features are
+            return LexicalDecision(
+                False, None, best_value, self.threshold, known=any_known or best_value != self.bias
+            )
         return LexicalDecision(True, self.category(_features(best_words)), best_value, self.threshold)
+
+    def vetoes(self, decision: LexicalDecision) -> bool:
+        """Whether ``decision`` (this head's, on one question) drops a benign-reading rule's hit:
+        a veto is set, the head knows some feature of the question, and it scores under the veto."""
+        return self.veto is not None and decision.known and decision.score < self.veto
 
     def _sum(self, found: list[set[Any]]) -> float:
         return sum(

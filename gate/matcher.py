@@ -151,7 +151,7 @@ class Gate:
             if self._hits(rule, normalized, spans, timed_out, starts):
                 if not rule.strict and self.lexical is not None and self.lexical.veto is not None:
                     verdict = verdict or self.lexical.check(normalized)
-                    if verdict.score < self.lexical.veto:
+                    if self.lexical.vetoes(verdict):
                         continue  # the head reads the question as a look-alike: no benign-reading rule
                 reply = self.rules.replies[rule.category].text(language)
                 return GateDecision(True, rule.id, rule.category, language, reply, tuple(timed_out))

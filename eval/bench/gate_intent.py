@@ -194,21 +194,38 @@ def train_linear(args: argparse.Namespace) -> int:
     x, y, weight, group = training_set(
         vectors[harmful_lines], vectors[~harmful_lines], np.vstack([forum_vectors, archive_vectors])
     )
+    lexical_text = resources.files("gate").joinpath("lexical.json").read_text(encoding="utf-8")
+    lexical_head = json.loads(lexical_text)
+    # The lexical head's logit of each row: out of fold for the training lines (gate_lexical train's
+    # last fit, which must be the shipped head's), in sample for the forum texts (its negatives).
+    lex_lines = lexical_out_of_fold([r.text for r in lines], exemplars_digest(lexical_text))
+    lex = np.concatenate(
+        [lex_lines[harmful_lines], lex_lines[~harmful_lines], lexical_scores(forum), post_scores[post_scores >= floor]]
+    )
+    clip = (args.lexical_clip_low, args.lexical_clip_high)
+    if args.stack:
+        x = np.hstack([x, (np.clip(lex, *clip) / STACK_SCALE)[:, None]])
     head = fit_logistic(x, y, weight, l2=args.l2)
     # Thresholds from heads fitted without the rows they score (in sample, every look-alike would be
-    # far below it): at most --benign-rate of the look-alikes out of fold at or above it.
+    # far below it): at most --benign-rate of the look-alikes out of fold blocked by the layer
+    # (at or above the floor) that the lexical head does not block already.
     out_of_fold = out_of_fold_logits(x, y, weight, l2=args.l2)
-    look = np.sort(out_of_fold[group == LOOK_ALIKE])
-    allowed = int(args.benign_rate * len(look))
-    look_threshold = float(look[len(look) - allowed - 1]) + 1e-4
+    over_the_floor = lex >= floor
+    lexical_hit = lex >= float(lexical_head["threshold"])
+    is_look = group == LOOK_ALIKE
+    look = np.sort(out_of_fold[is_look & over_the_floor & ~lexical_hit])
+    allowed = int(args.benign_rate * int(is_look.sum()))
+    look_threshold = float(look[len(look) - allowed - 1]) + 1e-4 if len(look) > allowed else -np.inf
     forum_top = float((x[group == FORUM_TEXT][forum_judged] @ head.weights + head.bias).max())
     threshold = max(forum_top + args.margin, look_threshold)
+    layer_oof = (out_of_fold >= threshold) & over_the_floor
+    is_harm = group == HARMFUL
     harmful = [i for i, r in enumerate(rows) if r["label"] != BENIGN]
     benign = [i for i, r in enumerate(rows) if r["label"] == BENIGN]
     exemplar_vectors = cached_vectors(emb, "exemplars", [r["text"] for r in rows])
-    lexical_text = resources.files("gate").joinpath("lexical.json").read_text(encoding="utf-8")
+    stacked = "and the lexical head's logit (clipped to [%g, %g]) " % clip if args.stack else ""
     info = {
-        "method": "logistic regression over the question embedding (eval/bench/gate_head.py); "
+        "method": f"logistic regression over the question embedding {stacked}(eval/bench/gate_head.py); "
         f"category from the {args.k} nearest harmful exemplars; a hit also needs the lexical head's "
         f"logit >= {floor}",
         "training": {
@@ -224,12 +241,17 @@ def train_linear(args: argparse.Namespace) -> int:
             f"threshold = max(highest logit of the {int(forum_judged[: len(forum)].sum())} of the "
             f"{len(forum)} forum questions and the {len(judged)} of the {len(posts)} archive posts at "
             f"or above the lexical floor (in sample) {forum_top:.3f} + {args.margin}, "
-            f"the logit that keeps {allowed} of the {len(look)} look-alikes at or above it out of fold: "
+            f"the logit that keeps {allowed} of the {int(is_look.sum())} look-alikes out of fold at or "
+            f"above it among the {len(look)} at or above the floor that the lexical head does not block: "
             f"{look_threshold:.3f})"
         ),
-        "out_of_fold_harmful_recall": round(float((out_of_fold[group == HARMFUL] >= threshold).mean()), 4),
-        "out_of_fold_forum_blocked": int((out_of_fold[group == FORUM_TEXT][forum_judged] >= threshold).sum()),
-        "out_of_fold_look_alikes_blocked": int((out_of_fold[group == LOOK_ALIKE] >= threshold).sum()),
+        "out_of_fold_harmful_recall": round(float(layer_oof[is_harm].mean()), 4),
+        "out_of_fold_harmful_beyond_the_lexical_head": int((layer_oof & ~lexical_hit)[is_harm].sum()),
+        "out_of_fold_lexical_head_harmful": int(lexical_hit[is_harm].sum()),
+        "harmful": int(is_harm.sum()),
+        "out_of_fold_forum_blocked": int(layer_oof[group == FORUM_TEXT].sum()),
+        "out_of_fold_look_alikes_blocked": int(layer_oof[is_look].sum()),
+        "out_of_fold_look_alikes_blocked_with_the_lexical_head": int((layer_oof | lexical_hit)[is_look].sum()),
     }
     layer = IntentLayer(
         model=emb.model,
@@ -240,15 +262,38 @@ def train_linear(args: argparse.Namespace) -> int:
         threshold=threshold,
         exemplars_sha256=exemplars_digest(exemplars_text()),
         info=info,
-        weights=head.weights,
+        weights=head.weights[: vectors.shape[1]],
         bias=head.bias,
         lexical_floor=floor,
         lexical_sha256=exemplars_digest(lexical_text),
+        lexical_weight=float(head.weights[-1]) / STACK_SCALE if args.stack else None,
+        lexical_clip=clip,
     )
     out = WEIGHTS_DIR / f"{model_slug(emb.model)}.json"
     out.write_text(json.dumps(layer.to_json(), indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out.relative_to(REPO)}: {json.dumps(info, indent=1)}")
     return 0
+
+
+STACK_SCALE = 4.0
+"""The lexical logit enters the stacked fit divided by this (a scale near the embedding's, for the
+penalty); the file's ``lexical_weight`` is per logit."""
+
+
+def lexical_out_of_fold(texts: Sequence[str], lexical_sha256: str) -> Any:
+    """The out-of-fold lexical logit of each training line, from ``gate_lexical train``'s last fit,
+    which must have written the shipped ``gate/lexical.json`` (the refit order: lexical head first)."""
+    from eval.bench.gate_lexical import CACHE as LEXICAL_CACHE
+    from eval.bench.gate_lexical import OUT_OF_FOLD
+
+    path = LEXICAL_CACHE / OUT_OF_FOLD
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if data.get("lexical_sha256") != lexical_sha256 or data.get("texts") != list(texts):
+        raise SystemExit(
+            f"{path}: no out-of-fold logits of the shipped lexical head for these training lines; "
+            "run `python -m eval.bench gate_lexical train` first (the refit order, docs/gate.md)"
+        )
+    return np.array(data["oof"], dtype=np.float64)
 
 
 def lexical_scores(texts: Sequence[str]) -> Any:
@@ -350,6 +395,14 @@ def main(argv: Sequence[str]) -> int:
     )
     p_train.add_argument("--margin", type=float, default=0.02, help="added to the top forum score")
     p_train.add_argument(
+        "--stack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fit over the embedding and the lexical head's (out-of-fold) logit together",
+    )
+    p_train.add_argument("--lexical-clip-low", type=float, default=-8.0)
+    p_train.add_argument("--lexical-clip-high", type=float, default=12.0)
+    p_train.add_argument(
         "--at-least",
         type=float,
         default=0.0,
@@ -359,7 +412,7 @@ def main(argv: Sequence[str]) -> int:
         "--benign-rate",
         type=float,
         default=0.005,
-        help="look-alikes of tests/gate allowed over the threshold",
+        help="look-alikes allowed over the threshold out of fold (linear head: beyond the lexical head's)",
     )
     p_archive = sub.add_parser("archive", help="false blocks over the whole Urho3D archive")
     p_time = sub.add_parser("time", help="cost per question")

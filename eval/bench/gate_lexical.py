@@ -15,7 +15,11 @@
   of: the top forum unit + ``--margin`` (in sample: the forum is training data), and the logit that
   lets ``--benign-rate`` of the look-alikes through *out of fold* (5 folds), + ``--look-margin``.
   The category model is
-  a softmax regression on the harmful lines.
+  a softmax regression on the harmful lines. The veto: the logit under which ``--veto-rate`` of the
+  harmful lines that benign-reading rules block score out of fold, less ``--veto-margin`` (it may lie
+  above the bias: a question the head knows no feature of is never vetoed). The out-of-fold logits
+  of the training lines are kept in ``.cache/gate-lexical/out-of-fold.json`` with the head's digest:
+  the embedding layer's fit reads them next (``gate_intent train``).
 - ``archive`` runs the whole gate (rules, then the lexical head) over every archive post and the
   1,000 forum questions and lists what it blocks: the false-block check.
 """
@@ -43,6 +47,8 @@ from gate.lexical import LexicalHead, features, units
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "gate-lexical"
 OUT = REPO / "gate" / "lexical.json"
+OUT_OF_FOLD = "out-of-fold.json"
+"""In ``CACHE``: the last fit's out-of-fold logit of every training line and the digest of its head."""
 
 HARMFUL, LOOK_ALIKE, FORUM_TEXT = 0, 1, 2
 
@@ -222,26 +228,26 @@ def train(args: argparse.Namespace) -> int:
     veto = None
     veto_info: dict[str, Any] = {}
     if args.veto_rate >= 0:
-        caught = np.sort(oof[harmful & vetoable])
+        # A question the head knows no feature of is never vetoed (LexicalHead.vetoes: no evidence
+        # of a look-alike), so the veto may lie above the bias; it is counted the same way here.
+        known = np.zeros(len(rows), dtype=bool)
+        known[owner[np.diff(x_units.indptr) > 0]] = True
+        caught = np.sort(oof[harmful & vetoable & known])
         veto = float(caught[int(args.veto_rate * len(caught))]) - args.veto_margin
-        # No known word is no evidence of a look-alike: a question the head knows nothing of scores
-        # the bias, and the veto stays under it by the margin too.
-        veto = min(veto, float(b) - args.veto_margin)
         veto_info = {
             "veto": (
                 f"the logit under which {int(args.veto_rate * len(caught))} of the {len(caught)} harmful "
-                f"lines that benign-reading rules block score out of fold, or the bias (a question "
-                f"with no known word) when lower ({veto + args.veto_margin:.3f}), - {args.veto_margin}"
+                f"lines that benign-reading rules block (and the head knows a feature of) score out of "
+                f"fold ({veto + args.veto_margin:.3f}), - {args.veto_margin}; never a question the head "
+                f"knows no feature of"
             ),
             "out_of_fold_vetoed_harmful": int((caught < veto).sum()),
-            "out_of_fold_vetoed_look_alikes": int((oof[~harmful & vetoable] < veto).sum()),
+            "out_of_fold_vetoed_look_alikes": int(
+                (oof[~harmful & vetoable & known] < veto).sum()
+            ),
             "look_alikes_blocked_by_such_rules": int((~harmful & vetoable).sum()),
         }
     CACHE.mkdir(parents=True, exist_ok=True)
-    (CACHE / "out-of-fold.json").write_text(
-        json.dumps({"texts": [t for t, _ in rows], "harmful": harmful.tolist(), "oof": oof.tolist()}),
-        encoding="utf-8",
-    )
     # Category model on the harmful lines.
     categories = sorted({c for _, c in rows if c is not None})
     labels = np.array([categories.index(c) for _, c in rows if c is not None])
@@ -291,7 +297,22 @@ def train(args: argparse.Namespace) -> int:
         veto=veto,
     )
     out = Path(args.out)
-    out.write_text(json.dumps(head.to_json(), separators=(",", ":")) + "\n", encoding="utf-8")
+    text = json.dumps(head.to_json(), separators=(",", ":")) + "\n"
+    out.write_text(text, encoding="utf-8")
+    # The out-of-fold logits of the training lines, for the embedding layer's fit (gate_intent
+    # train reads them as the lexical head's score of a question it has not seen), with the digest
+    # of the head they belong to.
+    (CACHE / OUT_OF_FOLD).write_text(
+        json.dumps(
+            {
+                "lexical_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                "texts": [t for t, _ in rows],
+                "harmful": harmful.tolist(),
+                "oof": oof.tolist(),
+            }
+        ),
+        encoding="utf-8",
+    )
     print(f"wrote {out} in {time.perf_counter() - started:.0f} s: {json.dumps(info, indent=1)}")
     return 0
 

@@ -213,3 +213,37 @@ def test_the_shipped_layers_floor_was_set_for_the_shipped_lexical_head() -> None
     head = resources.files("gate").joinpath("lexical.json").read_text(encoding="utf-8")
     assert layer.lexical_floor is not None
     assert layer.lexical_sha256 == exemplars_digest(head)
+
+
+def stacked(weight: float = 0.5) -> IntentLayer:
+    return linear(lexical_floor=-1.0, lexical_sha256="abc", lexical_weight=weight, lexical_clip=(-8.0, 12.0))
+
+
+def test_a_stacked_layer_adds_the_lexical_logit_so_two_weak_signals_block_together() -> None:
+    # The sixth session's class: a question whose embedding leans harmful but stays under the
+    # threshold alone, and whose words lean harmful but stay under the lexical head's threshold,
+    # is blocked by the sum (one regression over both); the floor still applies.
+    vector = unit(0.6, 0.4, 0.1)
+    alone = linear().check(vector)
+    assert not alone.hit  # the embedding alone: 2*0.82-2*0.55-0.5 < 0.5
+    assert stacked().check(vector, lexical_score=3.0).hit
+    assert stacked().check(vector, lexical_score=3.0).score == pytest.approx(alone.score + 1.5, abs=1e-4)
+    assert not stacked().check(vector, lexical_score=-0.5).hit  # over the floor, too little
+    assert not stacked().check(vector, lexical_score=-2.0).hit  # under the floor
+    assert not stacked().check(vector).hit  # no lexical score: never a hit
+    # the lexical logit is clipped: a huge one counts as 12
+    assert stacked().check(vector, lexical_score=1e6).score == pytest.approx(alone.score + 6.0, abs=1e-4)
+
+
+def test_a_stacked_layer_round_trips_and_needs_the_floor_and_the_linear_head(tmp_path: Path) -> None:
+    path = tmp_path / "layer.json"
+    path.write_text(json.dumps(stacked(0.25).to_json()), encoding="utf-8")
+    again = IntentLayer.load(path)
+    assert (again.lexical_weight, again.lexical_clip) == (0.25, (-8.0, 12.0))
+    vector = unit(0.6, 0.4, 0.1)
+    assert again.check(vector, lexical_score=2.0) == stacked(0.25).check(vector, lexical_score=2.0)
+    assert "lexical_weight" not in floored(-1.0).to_json()
+    with pytest.raises(IntentError, match="needs the linear head and a lexical floor"):
+        linear(lexical_weight=0.5)
+    with pytest.raises(IntentError, match="clip must be an interval"):
+        linear(lexical_floor=-1.0, lexical_weight=0.5, lexical_clip=(3.0, 3.0))

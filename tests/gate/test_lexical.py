@@ -202,5 +202,28 @@ def test_the_shipped_veto_needs_evidence_of_a_look_alike() -> None:
     # benign-reading rule's hit on it must stand (the 'banana' rule of a small rules file, the CLI).
     head = LexicalHead.load()
     assert head.veto is not None
-    assert head.veto < head.check("").score
-    assert head.veto < head.check("zzqx wvvk").score
+    for text in ("", "zzqx wvvk", "zzqx. wvvk!"):
+        decision = head.check(text)
+        assert not decision.known
+        assert decision.score == pytest.approx(head.bias)
+        assert not head.vetoes(decision)
+
+
+def test_a_veto_above_the_bias_never_drops_a_hit_on_a_question_of_unknown_words() -> None:
+    # The sixth session's class: the veto may lie above the bias (look-alikes whose words lean a
+    # little harmful score there), but a question the head knows no feature of (it scores the bias,
+    # -1 here, under the veto of 0) is no evidence of a look-alike: the rule's hit stands.
+    head = LexicalHead(
+        weights={"w:unity": -6.0},
+        bias=-1.0,
+        threshold=5.0,
+        categories=["drugs", "weapons"],
+        category_weights={},
+        category_bias=[0.0, 0.0],
+        veto=0.0,
+    )
+    gate = Gate(parse_rules(VETO_RULES, source="t"), lexical=head)
+    unknown = gate.check("how do I cook meth at home")
+    assert unknown.rule_id == "drugs.loose"
+    assert not head.check("how do i cook meth at home").known
+    assert not gate.check("in unity, how does the npc cook meth in the cutscene").hit  # known: vetoed
