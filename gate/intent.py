@@ -232,7 +232,10 @@ class IntentLayer:
             | (
                 {}
                 if self.lexical_weight is None
-                else {"lexical_weight": round(self.lexical_weight, 6), "lexical_clip": list(self.lexical_clip)}
+                else {
+                    "lexical_weight": round(self.lexical_weight, 6),
+                    "lexical_clip": list(self.lexical_clip),
+                }
             )
         )
 

@@ -200,7 +200,12 @@ def train_linear(args: argparse.Namespace) -> int:
     # last fit, which must be the shipped head's), in sample for the forum texts (its negatives).
     lex_lines = lexical_out_of_fold([r.text for r in lines], exemplars_digest(lexical_text))
     lex = np.concatenate(
-        [lex_lines[harmful_lines], lex_lines[~harmful_lines], lexical_scores(forum), post_scores[post_scores >= floor]]
+        [
+            lex_lines[harmful_lines],
+            lex_lines[~harmful_lines],
+            lexical_scores(forum),
+            post_scores[post_scores >= floor],
+        ]
     )
     clip = (args.lexical_clip_low, args.lexical_clip_high)
     if args.stack:
@@ -223,7 +228,7 @@ def train_linear(args: argparse.Namespace) -> int:
     harmful = [i for i, r in enumerate(rows) if r["label"] != BENIGN]
     benign = [i for i, r in enumerate(rows) if r["label"] == BENIGN]
     exemplar_vectors = cached_vectors(emb, "exemplars", [r["text"] for r in rows])
-    stacked = "and the lexical head's logit (clipped to [%g, %g]) " % clip if args.stack else ""
+    stacked = f"and the lexical head's logit (clipped to [{clip[0]:g}, {clip[1]:g}]) " if args.stack else ""
     info = {
         "method": f"logistic regression over the question embedding {stacked}(eval/bench/gate_head.py); "
         f"category from the {args.k} nearest harmful exemplars; a hit also needs the lexical head's "
@@ -251,7 +256,9 @@ def train_linear(args: argparse.Namespace) -> int:
         "harmful": int(is_harm.sum()),
         "out_of_fold_forum_blocked": int(layer_oof[group == FORUM_TEXT].sum()),
         "out_of_fold_look_alikes_blocked": int(layer_oof[is_look].sum()),
-        "out_of_fold_look_alikes_blocked_with_the_lexical_head": int((layer_oof | lexical_hit)[is_look].sum()),
+        "out_of_fold_look_alikes_blocked_with_the_lexical_head": int(
+            (layer_oof | lexical_hit)[is_look].sum()
+        ),
     }
     layer = IntentLayer(
         model=emb.model,

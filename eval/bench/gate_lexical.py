@@ -242,9 +242,7 @@ def train(args: argparse.Namespace) -> int:
                 f"knows no feature of"
             ),
             "out_of_fold_vetoed_harmful": int((caught < veto).sum()),
-            "out_of_fold_vetoed_look_alikes": int(
-                (oof[~harmful & vetoable & known] < veto).sum()
-            ),
+            "out_of_fold_vetoed_look_alikes": int((oof[~harmful & vetoable & known] < veto).sum()),
             "look_alikes_blocked_by_such_rules": int((~harmful & vetoable).sum()),
         }
     CACHE.mkdir(parents=True, exist_ok=True)
