@@ -24,9 +24,11 @@ Bounded work, never an exception for any input string:
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
+import operator
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,26 +92,44 @@ class Gate:
         self.timeout_s = timeout_ms / 1000
         self.max_chars = max_chars
         self.lexical = lexical
-        # Word-beginning lengths the prefix triggers need (see Rule.triggers).
-        self._head_lengths = tuple(
-            sorted({len(p) for rule in rules.rules for group in rule.triggers for p in group.prefixes})
-        )
-        # The trigger groups inverted: a trigger word or prefix -> (rule, bit of its group). A question
-        # then costs a look-up per word it holds, not a set test per rule and group.
-        self._by_word: dict[str, list[tuple[int, int]]] = {}
-        self._by_prefix: dict[str, list[tuple[int, int]]] = {}
+        # The trigger groups inverted (see _tried): rule r owns the bits offset[r] .. offset[r] +
+        # len(triggers) - 1, one per group, and the guard bit above them; a trigger word or prefix ->
+        # the bits of every group it belongs to.
+        self._word_masks: dict[str, int] = {}
+        self._prefix_masks: dict[str, int] = {}
+        self._rule_at: dict[int, int] = {}
+        group_bits = low_bits = guard_bits = 0
+        offset = 0
         for r, rule in enumerate(rules.rules):
             for g, group in enumerate(rule.triggers):
+                bit = 1 << (offset + g)
+                group_bits |= bit
                 for word in group.words:
-                    self._by_word.setdefault(word, []).append((r, 1 << g))
+                    self._word_masks[word] = self._word_masks.get(word, 0) | bit
                 for prefix in group.prefixes:
-                    self._by_prefix.setdefault(prefix, []).append((r, 1 << g))
-        self._trigger_words = frozenset(self._by_word)
-        self._trigger_prefixes = frozenset(self._by_prefix)
-        self._full = [(1 << len(rule.triggers)) - 1 for rule in rules.rules]
-        # Every literal beginning where a rule's match can start (Rule.starts), and their lengths.
-        self._start_vocabulary = frozenset().union(*(r.starts for r in rules.rules if r.starts is not None))
-        self._start_lengths = tuple(sorted({len(b) for b in self._start_vocabulary}))
+                    self._prefix_masks[prefix] = self._prefix_masks.get(prefix, 0) | bit
+            low_bits |= 1 << offset
+            offset += len(rule.triggers)
+            guard_bits |= 1 << offset
+            self._rule_at[offset + 1] = r  # the guard's bit_length()
+            offset += 1
+        self._group_bits, self._low_bits, self._guard_bits = group_bits, low_bits, guard_bits
+        self._trigger_words = frozenset(self._word_masks)
+        self._trigger_prefixes = frozenset(self._prefix_masks)
+        # Each rule's match starts without those another of its beginnings begins ("make" beside
+        # "mak"): the same word starts, each found once.
+        self._beginnings = {
+            rule.starts: frozenset(
+                b for b in rule.starts if not any(b != o and b.startswith(o) for o in rule.starts)
+            )
+            for rule in rules.rules
+            if rule.starts is not None
+        }
+        # The word beginnings a question needs: those of the prefix triggers and of the rules' match
+        # starts (Rule.starts), as slicers (C-level maps over the question's words).
+        lengths = {len(p) for p in self._prefix_masks}
+        lengths.update(len(b) for rule in rules.rules if rule.starts is not None for b in rule.starts)
+        self._cuts: tuple[_Cut, ...] = tuple(operator.itemgetter(slice(0, n)) for n in sorted(lengths))
 
     @classmethod
     def load(
@@ -128,27 +148,17 @@ class Gate:
     def check(self, text: str) -> GateDecision:
         """Judge one question. Returns a decision; never raises for any string."""
         original = text[: self.max_chars]
-        normalized = normalize(original)
-        words = set(_WORDS.findall(normalized))
-        heads = {word[:n] for word in words for n in self._head_lengths}
-        language = language_of(words, original)
+        question = _Question(normalize(original), self._cuts)
+        normalized = question.text
+        language = language_of(question.words, original)
         timed_out: list[str] = []
-        ends: list[int] | None = None
-        starts: _Starts | None = None
         verdict: LexicalDecision | None = None
-        for r in self._tried(words, heads):
+        for r in self._tried(question):
             rule = self.rules.rules[r]
-            if rule.triggers:
-                if ends is None:
-                    ends = [m.start() for m in _SENTENCE_END.finditer(normalized)]
-                spans = _sentences(rule.triggers, words, heads, normalized, ends)
-                if not spans:
-                    continue
-            else:
-                spans = [(0, len(normalized))]
-            if starts is None and rule.starts is not None:
-                starts = _Starts(normalized, self._start_vocabulary, self._start_lengths)
-            if self._hits(rule, normalized, spans, timed_out, starts):
+            spans = question.sentences(rule.triggers) if rule.triggers else [(0, len(normalized))]
+            if not spans:
+                continue
+            if self._hits(rule, question, spans, timed_out):
                 if not rule.strict and self.lexical is not None and self.lexical.veto is not None:
                     verdict = verdict or self.lexical.check(normalized)
                     if self.lexical.vetoes(verdict):
@@ -166,17 +176,33 @@ class Gate:
             return GateDecision(False, None, None, language, None, tuple(timed_out), verdict.score)
         return GateDecision(False, None, None, language, None, tuple(timed_out))
 
-    def _tried(self, words: set[str], heads: set[str]) -> list[int]:
+    def _tried(self, question: _Question) -> list[int]:
         """The rules (indices, in file order) whose every trigger group has a word or a word
-        beginning in the question; rules without triggers always."""
-        groups = [0] * len(self._full)
-        for word in words & self._trigger_words:
-            for r, bit in self._by_word[word]:
-                groups[r] |= bit
-        for head in heads & self._trigger_prefixes:
-            for r, bit in self._by_prefix[head]:
-                groups[r] |= bit
-        return [r for r, (have, full) in enumerate(zip(groups, self._full, strict=True)) if have == full]
+        beginning in the question; rules without triggers always.
+
+        Each rule owns a block of bits, one per trigger group and a guard bit above them; a trigger
+        word or prefix sets its groups' bits (one integer OR per word of the question). Adding the
+        lowest bit of every block carries into a block's guard exactly when all its groups are set,
+        so the rules tried are read off the guards: Python work per trigger word the question holds
+        and per rule tried, never per rule of the file (the rest is three operations on one integer
+        of a few hundred bits)."""
+        have = 0
+        masks = self._word_masks
+        question.trigger_words = question.words & self._trigger_words
+        for word in question.trigger_words:
+            have |= masks[word]
+        masks = self._prefix_masks
+        question.trigger_heads = question.heads & self._trigger_prefixes
+        for head in question.trigger_heads:
+            have |= masks[head]
+        guards = ((have & self._group_bits) + self._low_bits) & self._guard_bits
+        tried = []
+        rule_at = self._rule_at
+        while guards:
+            low = guards & -guards
+            tried.append(rule_at[low.bit_length()])
+            guards ^= low
+        return tried
 
     def lexical_score(self, text: str) -> float | None:
         """The lexical head's logit for ``text`` (None without a head), rules aside: what the
@@ -186,52 +212,45 @@ class Gate:
         return self.lexical.check(normalize(text[: self.max_chars])).score
 
     def _hits(
-        self,
-        rule: Rule,
-        normalized: str,
-        spans: list[tuple[int, int]],
-        timed_out: list[str],
-        starts: _Starts | None = None,
+        self, rule: Rule, question: _Question, spans: list[tuple[int, int]], timed_out: list[str]
     ) -> bool:
+        text = question.text
         if rule.exception is None:
             try:
-                return any(
-                    next(self._matches(rule, normalized, s, e, starts), None) is not None for s, e in spans
-                )
+                return any(next(self._matches(rule, question, s, e), None) is not None for s, e in spans)
             except TimeoutError:
                 log.warning("gate rule %s: pattern timed out; counted as no hit", rule.id)
                 timed_out.append(rule.id)
                 return False
         try:
             matches = [
-                (m.start(), m.end(), s, e)
-                for s, e in spans
-                for m in self._matches(rule, normalized, s, e, starts)
+                (m.start(), m.end(), s, e) for s, e in spans for m in self._matches(rule, question, s, e)
             ]
         except TimeoutError:
             log.warning("gate rule %s: pattern timed out; counted as no hit", rule.id)
             timed_out.append(rule.id)
             return False
         try:
-            return any(not self._excused(rule, normalized, start, end, s, e) for start, end, s, e in matches)
+            return any(not self._excused(rule, text, start, end, s, e) for start, end, s, e in matches)
         except TimeoutError:
             log.warning("gate rule %s: exception timed out; counted as a hit", rule.id)
             timed_out.append(rule.id)
             return True
 
-    def _matches(
-        self, rule: Rule, text: str, s: int, e: int, starts: _Starts | None
-    ) -> Iterator[regex.Match[str]]:
+    def _matches(self, rule: Rule, question: _Question, s: int, e: int) -> Iterator[regex.Match[str]]:
         """The matches of ``rule.pattern`` in ``text[s:e]``, as ``finditer`` gives them; with
         ``rule.starts``, the pattern is tried only at the word starts where a match can begin."""
-        if rule.starts is None or starts is None:
+        text = question.text
+        if rule.starts is None:
             yield from rule.pattern.finditer(text, s, e, timeout=self.timeout_s)
             return
         at = s
-        for start in starts.positions(rule.starts, s, e):
+        match_at = rule.pattern.match
+        timeout = self.timeout_s
+        for start in question.starts(self._beginnings[rule.starts], s, e):
             if start < at:
                 continue
-            match = rule.pattern.match(text, start, e, timeout=self.timeout_s)
+            match = match_at(text, start, e, timeout=timeout)
             if match is not None:
                 yield match
                 at = match.end()
@@ -253,70 +272,163 @@ class Gate:
         return rule.exception.search(text[low:high], timeout=self.timeout_s) is not None
 
 
-def _sentences(
-    groups: tuple[TriggerGroup, ...], words: set[str], heads: set[str], text: str, ends: list[int]
-) -> list[tuple[int, int]]:
-    """The sentences of ``text`` that hold a word of the first group and the beginning of a word of
-    every other group: a pattern never crosses ``.``, ``!`` or ``?`` and contains a word of each
-    trigger group, so only those sentences can match."""
-    present = [(group.words & words) | (group.prefixes & heads) for group in groups]
-    found: set[int] = set()
-    for needle in present[0]:
+_SPLIT_WORDS = re.compile(r"(\w+)")
+"""Words and what lies between them, for ASCII text (the same words as ``_REGEX_SPLIT_WORDS`` there)."""
+_REGEX_SPLIT_WORDS = regex.compile(r"(\w+)")
+"""Words as the rules' engine reads them: a word start here is exactly where ``\\b`` then a letter
+holds in a pattern."""
+_SENTENCE_SPLIT = re.compile(r"[.!?]")
+_LAST = "\U0010ffff"
+"""Above every character a word holds: the words that begin with ``b`` sort from ``b`` to ``b + _LAST``."""
+
+
+_Cut = Callable[[str], str]
+"""A word's beginning of one length (``operator.itemgetter(slice(0, n))``)."""
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_RE_WORD = re.compile(r"\w")
+_REGEX_WORD = regex.compile(r"\w")
+_AGREE: dict[str, bool] = {}
+_AGREE_LIMIT = 20_000
+
+
+def _same_words(text: str) -> bool:
+    """Whether ``re`` and ``regex`` read the same words in ``text``: each of its non-ASCII characters
+    is a word character for both engines or for neither (cached per character, bounded)."""
+    for char in set(_NON_ASCII.findall(text)):
+        same = _AGREE.get(char)
+        if same is None:
+            same = (_RE_WORD.match(char) is None) == (_REGEX_WORD.match(char) is None)
+            if len(_AGREE) < _AGREE_LIMIT:
+                _AGREE[char] = same
+        if not same:
+            return False
+    return True
+
+
+class _Question:
+    """One normalised question and what the rules read of it, each part computed once and shared by
+    every rule tried:
+
+    - ``words`` (its distinct words) and ``heads`` (their beginnings of the lengths the triggers and
+      the rules' match starts use), for the trigger check;
+    - where its sentences end, and for each trigger word or prefix the sentences that hold it, as
+      the bits of an integer (``sentences``);
+    - its words sorted, with where each starts, and for each literal beginning a rule asks for, where
+      the words that begin with it start (``starts``).
+
+    Where ``re`` and ``regex`` read the same words (ASCII text, or characters both call letters or
+    both not: "é", "“", "→"), one split gives both the words and where they start; otherwise the
+    start index reads the words as ``regex`` does, since the rules' ``\\b`` is that engine's.
+    """
+
+    __slots__ = (
+        "_cuts",
+        "_ends",
+        "_index",
+        "_pieces",
+        "_sentences_of",
+        "_start_heads",
+        "_starts_of",
+        "heads",
+        "text",
+        "trigger_heads",
+        "trigger_words",
+        "words",
+    )
+
+    def __init__(self, text: str, cuts: tuple[_Cut, ...]) -> None:
+        self.text = text
+        self._cuts = cuts
+        if text.isascii() or _same_words(text):
+            self._pieces: list[str] | None = _SPLIT_WORDS.split(text)
+            self.words = set(self._pieces[1::2])
+        else:
+            self._pieces = None
+            self.words = set(_WORDS.findall(text))
+        self.heads: set[str] = set().union(*(map(cut, self.words) for cut in cuts))
+        self._start_heads: set[str] | None = self.heads if self._pieces is not None else None
+        self._ends: list[int] | None = None
+        self._sentences_of: dict[str, int] = {}
+        self._index: tuple[list[str], list[int]] | None = None
+        self._starts_of: dict[str, list[int]] = {}
+        # The trigger words and prefixes the question holds (set by Gate._tried).
+        self.trigger_words: set[str] = self.words
+        self.trigger_heads: set[str] = self.heads
+
+    def sentences(self, groups: tuple[TriggerGroup, ...]) -> list[tuple[int, int]]:
+        """The sentences (spans) that hold a word of the first group and the beginning of a word of
+        every other group: a pattern never crosses ``.``, ``!`` or ``?`` and contains a word of each
+        trigger group, so only those sentences can match. (A needle is looked for anywhere in the
+        text, inside words too: a superset, as before.)"""
+        ends = self._ends
+        if ends is None:
+            lengths = map((1).__add__, map(len, _SENTENCE_SPLIT.split(self.text)))
+            ends = self._ends = list(itertools.accumulate(lengths, initial=-1))[1:-1]
+        words, heads, of = self.trigger_words, self.trigger_heads, self._sentences_of
+        found = -1
+        for group in groups:
+            held = 0
+            for needle in (group.words & words) | (group.prefixes & heads):
+                where = of.get(needle)
+                if where is None:
+                    where = of[needle] = self._find(needle, ends)
+                held |= where
+            found &= held
+            if not found:
+                return []
+        if not ends:
+            return [(0, len(self.text))]
+        spans = []
+        size = len(self.text)
+        while found:
+            low = found & -found
+            i = low.bit_length() - 1
+            spans.append((ends[i - 1] + 1 if i else 0, ends[i] if i < len(ends) else size))
+            found ^= low
+        return spans
+
+    def _find(self, needle: str, ends: list[int]) -> int:
+        """The sentences where ``needle`` occurs, as bits (sentence ``i``: bit ``i``)."""
+        text = self.text
+        found = 0
         at = text.find(needle)
         while at != -1:
             index = bisect.bisect_left(ends, at)
-            found.add(index)
+            found |= 1 << index
             at = text.find(needle, ends[index] + 1) if index < len(ends) else -1
-    spans = [(ends[i - 1] + 1 if i else 0, ends[i] if i < len(ends) else len(text)) for i in sorted(found)]
-    if len(present) == 1:
-        return spans
-    return [
-        (s, e)
-        for s, e in spans
-        if all(any(text.find(needle, s, e) != -1 for needle in needles) for needles in present[1:])
-    ]
+        return found
 
+    def starts(self, beginnings: frozenset[str], s: int, e: int) -> list[int]:
+        """Where the words of ``text[s:e]`` that begin with one of ``beginnings`` start, in order
+        (no beginning of ``beginnings`` begins another, so each start is found once)."""
+        found: list[int] = []
+        of = self._starts_of
+        if self._start_heads is None:
+            self._read()
+        for head in beginnings & self._start_heads:  # type: ignore[operator]
+            where = of.get(head)
+            if where is None:
+                where = of[head] = self._where(head)
+            if where:
+                found += where[bisect.bisect_left(where, s) : bisect.bisect_left(where, e)]
+        if len(found) > 1:
+            found.sort()
+        return found
 
-_REGEX_WORDS = regex.compile(r"\w+")
-"""Words as the rules' engine reads them: a word start here is exactly where ``\\b`` then a letter
-holds in a pattern."""
+    def _where(self, head: str) -> list[int]:
+        """Where the words that begin with ``head`` start, in order."""
+        words, positions = self._index or self._read()
+        low = bisect.bisect_left(words, head)
+        high = bisect.bisect_left(words, head + _LAST, low)
+        return sorted(positions[low:high])
 
-
-class _Starts:
-    """Where each literal beginning of ``vocabulary`` starts a word, in the sentences of one
-    normalised question, each sentence read once when a first rule is tried there: the positions of
-    its words, the beginnings of each distinct word; then a rule's candidate positions are a few
-    look-ups."""
-
-    __slots__ = ("lengths", "sentences", "text", "vocabulary")
-
-    def __init__(self, text: str, vocabulary: frozenset[str], lengths: tuple[int, ...]) -> None:
-        self.text = text
-        self.vocabulary = vocabulary
-        self.lengths = lengths
-        self.sentences: dict[tuple[int, int], tuple[dict[str, list[int]], dict[str, list[str]]]] = {}
-
-    def _read(self, s: int, e: int) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
-        where: dict[str, list[int]] = {}
-        for match in _REGEX_WORDS.finditer(self.text, s, e):
-            where.setdefault(match.group(), []).append(match.start())
-        heads: dict[str, list[str]] = {}
-        for word in where:
-            size = len(word)
-            for n in self.lengths:
-                if n > size:
-                    break
-                head = word[:n]
-                if head in self.vocabulary:
-                    heads.setdefault(head, []).append(word)
-        self.sentences[(s, e)] = (where, heads)
-        return where, heads
-
-    def positions(self, beginnings: frozenset[str], s: int, e: int) -> list[int]:
-        """The word starts in ``text[s:e]`` (a sentence, or the whole text) whose word begins with
-        one of ``beginnings``, in order."""
-        where, heads = self.sentences.get((s, e)) or self._read(s, e)
-        words = [word for head in beginnings.intersection(heads) for word in heads[head]]
-        if len(words) == 1:
-            return where[words[0]]
-        return sorted({p for word in words for p in where[word]})
+    def _read(self) -> tuple[list[str], list[int]]:
+        """The text's words sorted, and where each starts."""
+        pieces = self._pieces if self._pieces is not None else _REGEX_SPLIT_WORDS.split(self.text)
+        words = pieces[1::2]
+        if self._start_heads is None:  # the words as the rules' engine reads them, and their beginnings
+            self._start_heads = set().union(*(map(cut, set(words)) for cut in self._cuts))
+        at = list(itertools.accumulate(map(len, pieces)))[:-1:2]  # the end of the text before a word
+        order = sorted(range(len(words)), key=words.__getitem__)
+        self._index = ([words[i] for i in order], [at[i] for i in order])
+        return self._index

@@ -46,6 +46,17 @@ _SPACED_PUNCT = re.compile(rf"(?<![\w@$€|]){_C}(?P<sep>[._*\-] ){_C}(?:(?P=sep
 # Starts only where a run starts (not after "x "), and never gives back what it took: linear.
 # Every spelled letter stands alone (``(?!\S)``), so a plain word one space after the run ends it
 # instead of failing the whole run ("r a d i c a l i z e   m y   c o u s i n - what").
+# What every match of ``_SPACED`` holds from the character after its first letter on (proof: the
+# first letter is preceded by no ``_C``; then either a space, a single ``_C``, a space and another
+# ``_C`` not followed by ``[\w@$€|]``, or a separator and a single ``_C``): a text without it has
+# nothing to re-join. The hint starts on a space or a separator, which the engine skips to, where
+# ``_SPACED`` is tried at every letter. Likewise ``_SPACED_PUNCT`` needs a separator, a space, one
+# ``_C``, a separator and a space.
+_SPACED_HINT = re.compile(
+    rf" {_C} {_C}(?![\w@$€|])(?<=(?<![\w@$€|!]){_C} {_C} {_C})"
+    rf"|[._*\-]{_C}(?![^\W_]|[@$€|!])(?<=(?<![\w@$€|!]){_C}[._*\-]{_C})"
+)
+_SPACED_PUNCT_HINT = re.compile(rf"[._*\-] {_C}[._*\-] ")
 _WIDE_SPELLED = re.compile(r"(?<!\S)(?<!\S )\S(?: \S(?!\S))++(?: {2,}+\S(?!\S)(?: \S(?!\S))*+)++(?!\S)")
 _WIDE_GAP = re.compile(r" {2,}")
 # A word cut into pieces by single hyphens, one piece short ("ex-plo-sif", "pi-pe", "bo-mb").
@@ -218,9 +229,10 @@ def _unleet(text: str) -> str:
 def normalize(text: str) -> str:
     """The canonical form the rules are matched against (all seven steps of the module docstring)."""
     text = fold(text)
-    if ". " in text or "- " in text or "* " in text or "_ " in text:
+    if _SPACED_PUNCT_HINT.search(text):
         text = _SPACED_PUNCT.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
-    text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
+    if _SPACED_HINT.search(text):
+        text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
     if "-" in text:
         text = _HYPHENATED.sub(_join_pieces, text)
     return _REPEATS.sub("", _unleet(text))

@@ -6,10 +6,13 @@ import dataclasses
 import logging
 
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate import CANNED_MARKER, Gate, GateDecision, canned_text, detect_language, normalize, parse_rules
+from gate.matcher import _Question, _same_words
+from gate.rules import TriggerGroup
 
 # A pattern with catastrophic backtracking on a long run of words that never ends in a digit.
 SLOW = r"(?:\w+\s?)+\d$"
@@ -179,3 +182,67 @@ def test_no_beginnings_when_a_match_may_start_inside_a_word() -> None:
         gate = Gate(parse_rules(rules(pattern, second=False), source="t"))
         assert gate.rules.rules[0].starts is None, pattern
     assert Gate(parse_rules(rules(r"bomb", second=False), source="t")).check("abomb").hit
+
+
+def _reference_tried(gate: Gate, words: set[str]) -> list[int]:
+    """The rules whose every trigger group has a word or a word beginning in ``words``."""
+    return [
+        r
+        for r, rule in enumerate(gate.rules.rules)
+        if all(
+            group.words & words or any(w.startswith(p) for w in words for p in group.prefixes)
+            for group in rule.triggers
+        )
+    ]
+
+
+_WORD_TEXTS = st.text(alphabet="abmke ti.!?-'1\u093e\u00e9\u201c", max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_WORD_TEXTS)
+def test_the_rules_tried_are_those_whose_groups_all_have_a_word(text: str) -> None:
+    # Gate._tried reads the rules off the guard bits of one integer: the same rules, in file order,
+    # as testing every group of every rule (and rules without triggers always).
+    source = rules(r"\bmake\b", second=True).replace(
+        "patterns = ['\\bmake\\b']", "patterns = ['\\bmake\\b']\ntriggers = [['make', 'bu*'], ['ki*']]"
+    )
+    source += "[[rules]]\nid = 'third'\ncategory = 'jailbreak'\npatterns = ['\\bti']\ntriggers = ['ti*']\n"
+    gate = Gate(parse_rules(source, source="t"))
+    assert [len(rule.triggers) for rule in gate.rules.rules] == [2, 1, 1]
+    question = _Question(normalize(text), gate._cuts)
+    assert gate._tried(question) == _reference_tried(gate, question.words)
+
+
+def test_the_rules_tried_by_the_shipped_gate_on_forum_questions() -> None:
+    from eval.bench.gate import FORUM, forum_questions
+
+    for text in forum_questions(FORUM, limit=200):
+        question = _Question(normalize(text), SHIPPED._cuts)
+        assert SHIPPED._tried(question) == _reference_tried(SHIPPED, question.words), text[:80]
+
+
+_BEGINNINGS = [frozenset({"a"}), frozenset({"mak", "bu"}), frozenset({"ti", "e", "k"})]
+
+
+@settings(max_examples=500, deadline=None)
+@given(_WORD_TEXTS, st.sampled_from(_BEGINNINGS))
+def test_the_question_finds_the_word_starts_a_scan_finds(text: str, beginnings: frozenset[str]) -> None:
+    # _Question.starts: the word starts (as the rules' engine reads words, "\u093e" is a letter to
+    # regex, not to re) of each sentence whose word begins with one of the beginnings, in order.
+    normalized = normalize(text)
+    question = _Question(normalized, SHIPPED._cuts)
+    for s, e in [(0, len(normalized)), *question.sentences((TriggerGroup(frozenset(), beginnings),))]:
+        scan = [
+            m.start()
+            for m in regex.finditer(r"\w+", normalized[:e])
+            if m.start() >= s and any(m.group().startswith(b) for b in beginnings)
+        ]
+        assert question.starts(beginnings, s, e) == scan
+
+
+def test_words_both_engines_read_alike_take_the_fast_path() -> None:
+    assert _same_words("\u00e9t\u00e9 \u201cok\u201d \u2192 x")
+    assert _same_words("abc")
+    assert not _same_words("e\u0301")  # a combining accent: a word character to regex only
+    assert not _same_words("\u0928\u092e\u0938\u094d\u0924\u0947")  # a vowel sign: a letter to regex only

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gate.normalize import _FoldTable, fold, fold_pattern, normalize
+from gate.normalize import (
+    _SPACED,
+    _SPACED_HINT,
+    _SPACED_PUNCT,
+    _SPACED_PUNCT_HINT,
+    _FoldTable,
+    fold,
+    fold_pattern,
+    normalize,
+)
 
 
 @pytest.mark.parametrize(
@@ -81,3 +92,28 @@ def test_fold_table_stops_caching_at_its_limit() -> None:
     assert "Ü".translate(table) == "u"
     assert "É\u200b".translate(table) == "e"
     assert len(table) == 1
+
+
+_SPACED_ALPHABET = "ab1$@|!é. -_*x"
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=_SPACED_ALPHABET, max_size=40))
+def test_the_spaced_letters_hints_hold_wherever_their_pattern_matches(text: str) -> None:
+    # normalize() tries the costly spaced-letter substitutions only on a text holding their hint: the
+    # hint must be found in every text where the full pattern matches (a necessary condition).
+    folded = fold(text)
+    if _SPACED_PUNCT.search(folded):
+        assert _SPACED_PUNCT_HINT.search(folded), folded
+    if _SPACED.search(folded):
+        assert _SPACED_HINT.search(folded), folded
+
+
+def test_the_spaced_letters_hints_skip_ordinary_text() -> None:
+    for text in ("how do i load a scene. then what?", "the file.cpp - see x64, v1.2", "a b"):
+        folded = fold(text)
+        assert not _SPACED.search(folded), text
+        assert not _SPACED_HINT.search(folded), text
+    for spaced in ("b o m b", "a.b"):
+        assert _SPACED_HINT.search(spaced)
+    assert _SPACED_PUNCT_HINT.search("b. o. m")
