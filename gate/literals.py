@@ -61,6 +61,100 @@ def word_beginnings(pattern: str, limit: int) -> frozenset[str] | None:
     return _run(list(parsed), limit, anchored=False)
 
 
+def first_words(pattern: str, limit: int = 40) -> tuple[frozenset[str], frozenset[str]] | None:
+    """The first word of every match of ``pattern``, as ``(words, prefixes)``: every match starts at
+    a word start, and its word (the whole run of word characters there) is one of ``words``, or
+    begins with one of ``prefixes``. A word is known whole where the pattern follows its letters with
+    a non-word character, a class of them, or ``\\b``; anything else the reading cannot follow (a
+    repeat, ``\\w``, the pattern's end, ``limit`` letters) leaves a prefix, which is always true,
+    only less selective. ``None`` where :func:`word_beginnings` gives ``None``. No word of ``words``
+    begins with a prefix of ``prefixes``, and no prefix with another, so a word start is found by at
+    most one of them."""
+    try:
+        parsed = _parser.parse(pattern, 0)
+        open_, done = _walk_words(list(parsed), {("", False)}, limit)
+    except (re.error, OverflowError, RecursionError, _Unknown):
+        return None
+    done |= {(letters, anchored, False) for letters, anchored in open_}
+    if not done or any(not letters or not anchored for letters, anchored, _ in done):
+        return None
+    prefixes = {letters for letters, _, whole in done if not whole}
+    prefixes = {p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)}
+    words = {letters for letters, _, whole in done if whole and not letters.startswith(tuple(prefixes))}
+    return frozenset(words), frozenset(prefixes)
+
+
+# A finished first word: its letters, whether a word start precedes them, whether it is whole.
+_Word = tuple[str, bool, bool]
+_MAX_WORDS = 600
+
+
+def _walk_words(items: list[Any], states: set[_State], limit: int) -> tuple[set[_State], set[_Word]]:
+    """Like :func:`_walk`, also telling the words known whole from the prefixes."""
+    done: set[_Word] = set()
+
+    def prefix(ended: set[_State]) -> None:
+        done.update((letters, anchored, False) for letters, anchored in ended)
+
+    for op, av in items:
+        if not states:
+            break
+        if op is c.LITERAL or op is c.IN:
+            letters = [chr(av)] if op is c.LITERAL else _class_letters(av)
+            if letters is None:
+                if _ends_with_separator(op, av):  # a class of non-word characters: the word ends
+                    done.update((text, anchored, True) for text, anchored in states)
+                else:
+                    prefix(states)
+                states = set()
+                continue
+            grown: set[_State] = set()
+            for text, anchored in states:
+                for letter in letters:
+                    if not _is_word(letter):
+                        done.add((text, anchored, True))
+                        continue
+                    if not text and not anchored:
+                        raise _Unknown
+                    if len(text) + 1 >= limit:
+                        done.add((text + letter, anchored, False))
+                    else:
+                        grown.add((text + letter, anchored))
+            states = grown
+        elif op is c.AT:
+            if av in (c.AT_BOUNDARY, c.AT_BEGINNING, c.AT_BEGINNING_STRING):
+                if av is c.AT_BOUNDARY:  # after letters, a word boundary: the word ends here
+                    done.update((text, anchored, True) for text, anchored in states if text)
+                states = {(text, True) for text, anchored in states if not text}
+        elif op in _ZERO_WIDTH:
+            continue
+        elif op is c.SUBPATTERN:
+            states, finished = _walk_words(list(av[-1]), states, limit)
+            done |= finished
+        elif op is c.BRANCH:
+            merged: set[_State] = set()
+            for alternative in av[1]:
+                open_, finished = _walk_words(list(alternative), set(states), limit)
+                merged |= open_
+                done |= finished
+            states = merged
+        elif op in _REPEATS:
+            low, high, body = av
+            once, finished = _walk_words(list(body), set(states), limit)
+            done |= finished
+            if high != 1:
+                prefix(once)  # more iterations may follow: the word's end is unknown
+                once = set()
+            states = (states | once) if low == 0 else once
+        else:
+            prefix(states)
+            states = set()
+        if len(states) + len(done) > _MAX_WORDS:
+            prefix(states)
+            states = set()
+    return states, done
+
+
 def cost(beginnings: frozenset[str]) -> float:
     """How often a set of beginnings is expected to meet a word of ordinary text: short beginnings
     ("a", "en") start many words, five letters few; the beginnings of the most common words of the

@@ -24,11 +24,11 @@ Bounded work, never an exception for any input string:
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import logging
-import operator
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,8 +36,9 @@ import regex
 
 from gate.language import language_of
 from gate.lexical import LexicalDecision, LexicalHead
+from gate.literals import first_words
 from gate.normalize import normalize
-from gate.rules import Rule, RuleSet, TriggerGroup, load_rules
+from gate.rules import PREFIX_HEAD, Rule, RuleSet, TriggerGroup, load_rules
 
 log = logging.getLogger(__name__)
 
@@ -116,20 +117,18 @@ class Gate:
         self._group_bits, self._low_bits, self._guard_bits = group_bits, low_bits, guard_bits
         self._trigger_words = frozenset(self._word_masks)
         self._trigger_prefixes = frozenset(self._prefix_masks)
-        # Each rule's match starts without those another of its beginnings begins ("make" beside
-        # "mak"): the same word starts, each found once.
-        self._beginnings = {
-            rule.starts: frozenset(
-                b for b in rule.starts if not any(b != o and b.startswith(o) for o in rule.starts)
-            )
+        # Where each rule's matches can begin (Rule.starts given): the first words known whole and
+        # the beginnings (at most PREFIX_HEAD letters) of the others (gate.literals.first_words).
+        self._first: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+            rule.pattern.pattern: _first_words(rule.pattern.pattern, rule.starts)
             for rule in rules.rules
             if rule.starts is not None
         }
-        # The word beginnings a question needs: those of the prefix triggers and of the rules' match
-        # starts (Rule.starts), as slicers (C-level maps over the question's words).
-        lengths = {len(p) for p in self._prefix_masks}
-        lengths.update(len(b) for rule in rules.rules if rule.starts is not None for b in rule.starts)
-        self._cuts: tuple[_Cut, ...] = tuple(operator.itemgetter(slice(0, n)) for n in sorted(lengths))
+        # The word beginnings a question needs: those of the prefix triggers and of the rules' first
+        # words, each word's looked up once and remembered across questions (_Heads).
+        vocabulary = set(self._prefix_masks)
+        vocabulary.update(b for _, prefixes in self._first.values() for b in prefixes)
+        self._heads = _Heads(frozenset(vocabulary))
 
     @classmethod
     def load(
@@ -148,7 +147,7 @@ class Gate:
     def check(self, text: str) -> GateDecision:
         """Judge one question. Returns a decision; never raises for any string."""
         original = text[: self.max_chars]
-        question = _Question(normalize(original), self._cuts)
+        question = _Question(normalize(original), self._heads)
         normalized = question.text
         language = language_of(question.words, original)
         timed_out: list[str] = []
@@ -247,7 +246,7 @@ class Gate:
         at = s
         match_at = rule.pattern.match
         timeout = self.timeout_s
-        for start in question.starts(self._beginnings[rule.starts], s, e):
+        for start in question.starts(self._first[rule.pattern.pattern], s, e):
             if start < at:
                 continue
             match = match_at(text, start, e, timeout=timeout)
@@ -272,6 +271,22 @@ class Gate:
         return rule.exception.search(text[low:high], timeout=self.timeout_s) is not None
 
 
+@functools.lru_cache(maxsize=4096)
+def _first_words(pattern: str, starts: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """A rule's first words (whole) and word beginnings (at most ``PREFIX_HEAD`` letters, the
+    question's ``heads``): :func:`gate.literals.first_words`, its longer prefixes cut, and the words
+    and prefixes a shorter prefix covers left out; ``starts`` (``Rule.starts``) where the words
+    cannot be read. Cached by pattern: every gate built over the same rules shares the reading."""
+    found = first_words(pattern)
+    if found is None:
+        return frozenset(), starts
+    words, long_prefixes = found
+    prefixes = {p[:PREFIX_HEAD] for p in long_prefixes}
+    prefixes = {p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)}
+    covered = tuple(prefixes)
+    return frozenset(w for w in words if not w.startswith(covered)), frozenset(prefixes)
+
+
 _SPLIT_WORDS = re.compile(r"(\w+)")
 """Words and what lies between them, for ASCII text (the same words as ``_REGEX_SPLIT_WORDS`` there)."""
 _REGEX_SPLIT_WORDS = regex.compile(r"(\w+)")
@@ -282,8 +297,38 @@ _LAST = "\U0010ffff"
 """Above every character a word holds: the words that begin with ``b`` sort from ``b`` to ``b + _LAST``."""
 
 
-_Cut = Callable[[str], str]
-"""A word's beginning of one length (``operator.itemgetter(slice(0, n))``)."""
+_HEADS_LIMIT = 100_000
+
+
+class _Heads:
+    """The beginnings of a word that are in ``vocabulary`` (the prefix triggers' and the rules'
+    first-word prefixes, at most ``PREFIX_HEAD`` letters), remembered per word (up to ``limit``
+    words, then computed): a question's heads cost a look-up per distinct word, most of which the
+    forum's vocabulary has seen before, instead of a slice per word and length."""
+
+    __slots__ = ("_cuts", "_known", "limit", "vocabulary")
+
+    def __init__(self, vocabulary: frozenset[str], limit: int = _HEADS_LIMIT) -> None:
+        self.vocabulary = vocabulary
+        self.limit = limit
+        self._cuts = tuple(sorted({len(v) for v in vocabulary}))
+        self._known: dict[str, frozenset[str]] = {}
+
+    def of(self, words: set[str]) -> set[str]:
+        """The beginnings in ``vocabulary`` of the words of ``words``."""
+        heads: set[str] = set()
+        known = self._known
+        for word in words:
+            found = known.get(word)
+            if found is None:
+                found = frozenset(word[:n] for n in self._cuts if word[:n] in self.vocabulary)
+                if len(known) < self.limit:
+                    known[word] = found
+            if found:
+                heads |= found
+        return heads
+
+
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _RE_WORD = re.compile(r"\w")
 _REGEX_WORD = regex.compile(r"\w")
@@ -309,8 +354,8 @@ class _Question:
     """One normalised question and what the rules read of it, each part computed once and shared by
     every rule tried:
 
-    - ``words`` (its distinct words) and ``heads`` (their beginnings of the lengths the triggers and
-      the rules' match starts use), for the trigger check;
+    - ``words`` (its distinct words) and ``heads`` (their beginnings that are prefix triggers or
+      rules' first-word prefixes, ``_Heads``), for the trigger check;
     - where its sentences end, and for each trigger word or prefix the sentences that hold it, as
       the bits of an integer (``sentences``);
     - its words sorted, with where each starts, and for each literal beginning a rule asks for, where
@@ -322,13 +367,15 @@ class _Question:
     """
 
     __slots__ = (
-        "_cuts",
         "_ends",
+        "_heads",
         "_index",
         "_pieces",
         "_sentences_of",
         "_start_heads",
+        "_start_words",
         "_starts_of",
+        "_words_at",
         "heads",
         "text",
         "trigger_heads",
@@ -336,17 +383,19 @@ class _Question:
         "words",
     )
 
-    def __init__(self, text: str, cuts: tuple[_Cut, ...]) -> None:
+    def __init__(self, text: str, heads: _Heads) -> None:
         self.text = text
-        self._cuts = cuts
+        self._heads = heads
         if text.isascii() or _same_words(text):
             self._pieces: list[str] | None = _SPLIT_WORDS.split(text)
             self.words = set(self._pieces[1::2])
         else:
             self._pieces = None
             self.words = set(_WORDS.findall(text))
-        self.heads: set[str] = set().union(*(map(cut, self.words) for cut in cuts))
+        self.heads: set[str] = heads.of(self.words)
         self._start_heads: set[str] | None = self.heads if self._pieces is not None else None
+        self._start_words: set[str] | None = self.words if self._pieces is not None else None
+        self._words_at: dict[str, list[int]] = {}
         self._ends: list[int] | None = None
         self._sentences_of: dict[str, int] = {}
         self._index: tuple[list[str], list[int]] | None = None
@@ -398,22 +447,35 @@ class _Question:
             at = text.find(needle, ends[index] + 1) if index < len(ends) else -1
         return found
 
-    def starts(self, beginnings: frozenset[str], s: int, e: int) -> list[int]:
-        """Where the words of ``text[s:e]`` that begin with one of ``beginnings`` start, in order
-        (no beginning of ``beginnings`` begins another, so each start is found once)."""
-        found: list[int] = []
-        of = self._starts_of
+    def starts(self, first: tuple[frozenset[str], frozenset[str]], s: int, e: int) -> list[int]:
+        """Where the words of ``text[s:e]`` start that are one of ``first``'s words or begin with one
+        of its prefixes, in order (``first`` as :func:`gate.literals.first_words` gives it: each
+        start is found once)."""
+        words, prefixes = first
         if self._start_heads is None:
             self._read()
-        for head in beginnings & self._start_heads:  # type: ignore[operator]
+        found: list[int] = []
+        at = self._words_at
+        for word in words & self._start_words:  # type: ignore[operator]
+            where = at.get(word)
+            if where is None:
+                where = at[word] = self._exact(word)
+            found += where[bisect.bisect_left(where, s) : bisect.bisect_left(where, e)]
+        of = self._starts_of
+        for head in prefixes & self._start_heads:  # type: ignore[operator]
             where = of.get(head)
             if where is None:
                 where = of[head] = self._where(head)
-            if where:
-                found += where[bisect.bisect_left(where, s) : bisect.bisect_left(where, e)]
+            found += where[bisect.bisect_left(where, s) : bisect.bisect_left(where, e)]
         if len(found) > 1:
             found.sort()
         return found
+
+    def _exact(self, word: str) -> list[int]:
+        """Where ``word`` starts, in order (the sort is stable: one word's starts stay in order)."""
+        words, positions = self._index or self._read()
+        low = bisect.bisect_left(words, word)
+        return positions[low : bisect.bisect_right(words, word, low)]
 
     def _where(self, head: str) -> list[int]:
         """Where the words that begin with ``head`` start, in order."""
@@ -427,7 +489,8 @@ class _Question:
         pieces = self._pieces if self._pieces is not None else _REGEX_SPLIT_WORDS.split(self.text)
         words = pieces[1::2]
         if self._start_heads is None:  # the words as the rules' engine reads them, and their beginnings
-            self._start_heads = set().union(*(map(cut, set(words)) for cut in self._cuts))
+            self._start_words = set(words)
+            self._start_heads = self._heads.of(self._start_words)
         at = list(itertools.accumulate(map(len, pieces)))[:-1:2]  # the end of the text before a word
         order = sorted(range(len(words)), key=words.__getitem__)
         self._index = ([words[i] for i in order], [at[i] for i in order])

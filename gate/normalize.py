@@ -59,8 +59,11 @@ _SPACED_HINT = re.compile(
 _SPACED_PUNCT_HINT = re.compile(rf"[._*\-] {_C}[._*\-] ")
 _WIDE_SPELLED = re.compile(r"(?<!\S)(?<!\S )\S(?: \S(?!\S))++(?: {2,}+\S(?!\S)(?: \S(?!\S))*+)++(?!\S)")
 _WIDE_GAP = re.compile(r" {2,}")
-# A word cut into pieces by single hyphens, one piece short ("ex-plo-sif", "pi-pe", "bo-mb").
+# A word cut into pieces by single hyphens, one piece short ("ex-plo-sif", "pi-pe", "bo-mb"); every
+# match holds a hyphen between two letters, which the hint finds from the hyphen (a rare character
+# the engine skips to) where the full pattern is tried at every word.
 _HYPHENATED = re.compile(r"\b[a-z]+(?:-[a-z]+)+\b")
+_HYPHENATED_HINT = re.compile(r"-(?<=[a-z]-)(?=[a-z])")
 # French pronouns and articles after a hyphen ("dis-moi", "mot-de-passe"): those words stay as written.
 _KEEP_HYPHEN = frozenset(
     {
@@ -233,7 +236,7 @@ def normalize(text: str) -> str:
         text = _SPACED_PUNCT.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
     if _SPACED_HINT.search(text):
         text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
-    if "-" in text:
+    if "-" in text and _HYPHENATED_HINT.search(text):
         text = _HYPHENATED.sub(_join_pieces, text)
     return _REPEATS.sub("", _unleet(text))
 

@@ -8,7 +8,10 @@ For a change that must keep every decision (a speed-up), two checks in one proce
   post; every difference in ``(hit, rule_id, category)`` is counted and the first ones printed;
 - **time**: the rules alone (normalisation included) of both gates over the forum questions,
   alternated ``--rounds`` times (baseline, this tree, baseline, ...), each question timed
-  ``--repeat`` times and its best run kept (wall clock and thread CPU time), with the ratios.
+  ``--repeat`` times and its best run kept (wall clock and thread CPU time), with the ratios;
+  ``--interleave`` alternates the two trees on every run of every question instead (baseline, this
+  tree, baseline, ...), so a burst of load on a shared machine falls on both alike: the steadier
+  ratio where other jobs run.
 
 ``TREE`` is a directory holding a ``gate/`` package (e.g. ``git archive <commit> gate | tar -x -C
 TREE``); its rules file, lexicons and lexical head are its own.
@@ -87,6 +90,30 @@ def differences(
     return out
 
 
+def interleaved(
+    checks: Sequence[Callable[[str], Any]], texts: Sequence[str], repeat: int
+) -> list[tuple[list[float], list[float]]]:
+    """Per check, its (wall clock, thread CPU) ms on each text, each the best of ``repeat`` runs
+    (a wall-clock run and a CPU run apart, as ``time_each``), the checks alternated run by run."""
+    wall: list[list[float]] = [[] for _ in checks]
+    cpu: list[list[float]] = [[] for _ in checks]
+    for text in texts:
+        best_wall = [float("inf")] * len(checks)
+        best_cpu = [float("inf")] * len(checks)
+        for _ in range(repeat):
+            for i, check in enumerate(checks):
+                start = time.perf_counter()
+                check(text)
+                best_wall[i] = min(best_wall[i], time.perf_counter() - start)
+                start = time.thread_time()
+                check(text)
+                best_cpu[i] = min(best_cpu[i], time.thread_time() - start)
+        for i in range(len(checks)):
+            wall[i].append(best_wall[i] * 1000)
+            cpu[i].append(best_cpu[i] * 1000)
+    return list(zip(wall, cpu, strict=True))
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m eval.bench gate_compare", description=__doc__.split("\n")[0]
@@ -96,6 +123,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per question (best kept)")
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the two trees")
     parser.add_argument("--no-decisions", action="store_true", help="time only")
+    parser.add_argument(
+        "--interleave", action="store_true", help="alternate the trees on every run of every question"
+    )
     parser.add_argument("--no-archive", action="store_true", help="decisions without the archive posts")
     args = parser.parse_args(list(argv))
 
@@ -122,9 +152,17 @@ def main(argv: Sequence[str]) -> int:
     keys = ("median_ms", "p99_ms", "cpu_median_ms", "cpu_p99_ms")
     timing: list[dict[str, Any]] = []
     for round_ in range(args.rounds):
-        for tree, gate in (("baseline", base_rules), ("this tree", ours_rules)):
-            wall = time_each(gate.check, forum, args.repeat)
-            cpu = time_each(gate.check, forum, args.repeat, clock=time.thread_time)
+        if args.interleave:
+            measured = interleaved((base_rules.check, ours_rules.check), forum, args.repeat)
+        else:
+            measured = [
+                (
+                    time_each(gate.check, forum, args.repeat),
+                    time_each(gate.check, forum, args.repeat, clock=time.thread_time),
+                )
+                for gate in (base_rules, ours_rules)
+            ]
+        for tree, (wall, cpu) in zip(("baseline", "this tree"), measured, strict=True):
             values = (
                 statistics.median(wall),
                 percentile(wall, 0.99),
@@ -145,6 +183,7 @@ def main(argv: Sequence[str]) -> int:
         "this tree / baseline (median of the rounds): "
         + ", ".join(f"{k} x{v:.3f}" for k, v in ratios.items())
     )
+    figures["interleaved"] = args.interleave
     figures["rounds"] = timing
     figures["ratios"] = ratios
     emit("gate_compare", figures)

@@ -27,3 +27,14 @@ def test_bench_runs_on_a_few_items() -> None:
     times = time_each(gate.check, questions + probes[:3], repeat=1)
     assert len(times) == 8
     assert all(t > 0 for t in times)
+
+
+def test_interleaved_times_each_check_on_each_text() -> None:
+    from eval.bench.gate_compare import interleaved
+
+    calls: list[str] = []
+    measured = interleaved((lambda t: calls.append("a" + t), lambda t: calls.append("b" + t)), ["x", "y"], 2)
+    assert calls[:4] == ["ax", "ax", "bx", "bx"]  # alternated run by run (a wall run and a CPU run each)
+    assert len(calls) == 16
+    assert [(len(wall), len(cpu)) for wall, cpu in measured] == [(2, 2), (2, 2)]
+    assert all(t >= 0 for wall, cpu in measured for t in wall + cpu)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate import CANNED_MARKER, Gate, GateDecision, canned_text, detect_language, normalize, parse_rules
-from gate.matcher import _Question, _same_words
+from gate.matcher import _Heads, _Question, _same_words
 from gate.rules import TriggerGroup
 
 # A pattern with catastrophic backtracking on a long run of words that never ends in a digit.
@@ -210,7 +210,7 @@ def test_the_rules_tried_are_those_whose_groups_all_have_a_word(text: str) -> No
     source += "[[rules]]\nid = 'third'\ncategory = 'jailbreak'\npatterns = ['\\bti']\ntriggers = ['ti*']\n"
     gate = Gate(parse_rules(source, source="t"))
     assert [len(rule.triggers) for rule in gate.rules.rules] == [2, 1, 1]
-    question = _Question(normalize(text), gate._cuts)
+    question = _Question(normalize(text), gate._heads)
     assert gate._tried(question) == _reference_tried(gate, question.words)
 
 
@@ -218,27 +218,34 @@ def test_the_rules_tried_by_the_shipped_gate_on_forum_questions() -> None:
     from eval.bench.gate import FORUM, forum_questions
 
     for text in forum_questions(FORUM, limit=200):
-        question = _Question(normalize(text), SHIPPED._cuts)
+        question = _Question(normalize(text), SHIPPED._heads)
         assert SHIPPED._tried(question) == _reference_tried(SHIPPED, question.words), text[:80]
 
 
-_BEGINNINGS = [frozenset({"a"}), frozenset({"mak", "bu"}), frozenset({"ti", "e", "k"})]
+_FIRST = [
+    (frozenset(), frozenset({"a"})),
+    (frozenset({"make", "ti"}), frozenset({"bu"})),
+    (frozenset({"a", "i", "abm"}), frozenset({"ti", "e", "k"})),
+]
 
 
 @settings(max_examples=500, deadline=None)
-@given(_WORD_TEXTS, st.sampled_from(_BEGINNINGS))
-def test_the_question_finds_the_word_starts_a_scan_finds(text: str, beginnings: frozenset[str]) -> None:
-    # _Question.starts: the word starts (as the rules' engine reads words, "\u093e" is a letter to
-    # regex, not to re) of each sentence whose word begins with one of the beginnings, in order.
+@given(_WORD_TEXTS, st.sampled_from(_FIRST))
+def test_the_question_finds_the_word_starts_a_scan_finds(
+    text: str, first: tuple[frozenset[str], frozenset[str]]
+) -> None:
+    # _Question.starts: the word starts (as the rules' engine reads words: "\u093e" is a letter to
+    # regex, not to re) in each sentence whose word is one of the words or begins with a prefix, in order.
+    words, prefixes = first
     normalized = normalize(text)
-    question = _Question(normalized, SHIPPED._cuts)
-    for s, e in [(0, len(normalized)), *question.sentences((TriggerGroup(frozenset(), beginnings),))]:
+    question = _Question(normalized, _Heads(frozenset().union(*(p for _, p in _FIRST))))
+    for s, e in [(0, len(normalized)), *question.sentences((TriggerGroup(words, prefixes),))]:
         scan = [
             m.start()
             for m in regex.finditer(r"\w+", normalized[:e])
-            if m.start() >= s and any(m.group().startswith(b) for b in beginnings)
+            if m.start() >= s and (m.group() in words or m.group().startswith(tuple(prefixes)))
         ]
-        assert question.starts(beginnings, s, e) == scan
+        assert question.starts(first, s, e) == scan
 
 
 def test_words_both_engines_read_alike_take_the_fast_path() -> None:

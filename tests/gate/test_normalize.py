@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate.normalize import (
+    _HYPHENATED,
+    _HYPHENATED_HINT,
     _SPACED,
     _SPACED_HINT,
     _SPACED_PUNCT,
@@ -94,12 +96,12 @@ def test_fold_table_stops_caching_at_its_limit() -> None:
     assert len(table) == 1
 
 
-_SPACED_ALPHABET = "ab1$@|!é. -_*x"
+_SPACED_ALPHABET = "ab1$@|!é. -_*x"  # also hyphens between letters
 
 
 @settings(max_examples=3000, deadline=None)
 @given(st.text(alphabet=_SPACED_ALPHABET, max_size=40))
-def test_the_spaced_letters_hints_hold_wherever_their_pattern_matches(text: str) -> None:
+def test_the_hints_hold_wherever_their_pattern_matches(text: str) -> None:
     # normalize() tries the costly spaced-letter substitutions only on a text holding their hint: the
     # hint must be found in every text where the full pattern matches (a necessary condition).
     folded = fold(text)
@@ -107,6 +109,8 @@ def test_the_spaced_letters_hints_hold_wherever_their_pattern_matches(text: str)
         assert _SPACED_PUNCT_HINT.search(folded), folded
     if _SPACED.search(folded):
         assert _SPACED_HINT.search(folded), folded
+    if _HYPHENATED.search(folded):
+        assert _HYPHENATED_HINT.search(folded), folded
 
 
 def test_the_spaced_letters_hints_skip_ordinary_text() -> None:
