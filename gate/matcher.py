@@ -297,7 +297,8 @@ _LAST = "\U0010ffff"
 """Above every character a word holds: the words that begin with ``b`` sort from ``b`` to ``b + _LAST``."""
 
 
-_HEADS_LIMIT = 100_000
+_HEADS_LIMIT = 20_000
+_NO_HEADS: frozenset[str] = frozenset()
 
 
 class _Heads:
@@ -321,7 +322,7 @@ class _Heads:
         for word in words:
             found = known.get(word)
             if found is None:
-                found = frozenset(word[:n] for n in self._cuts if word[:n] in self.vocabulary)
+                found = frozenset(word[:n] for n in self._cuts if word[:n] in self.vocabulary) or _NO_HEADS
                 if len(known) < self.limit:
                     known[word] = found
             if found:

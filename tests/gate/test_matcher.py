@@ -253,3 +253,10 @@ def test_words_both_engines_read_alike_take_the_fast_path() -> None:
     assert _same_words("abc")
     assert not _same_words("e\u0301")  # a combining accent: a word character to regex only
     assert not _same_words("\u0928\u092e\u0938\u094d\u0924\u0947")  # a vowel sign: a letter to regex only
+
+
+def test_word_heads_are_remembered_up_to_a_limit() -> None:
+    heads = _Heads(frozenset({"ma", "make", "bu", "x"}), limit=2)
+    assert heads.of({"make", "making", "build", "z"}) == {"ma", "make", "bu"}
+    assert len(heads._known) == 2  # then computed, not remembered
+    assert heads.of({"make", "making", "build", "z", "xyz"}) == {"ma", "make", "bu", "x"}
