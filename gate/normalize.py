@@ -46,15 +46,16 @@ _SPACED_PUNCT = re.compile(rf"(?<![\w@$€|]){_C}(?P<sep>[._*\-] ){_C}(?:(?P=sep
 # Starts only where a run starts (not after "x "), and never gives back what it took: linear.
 # Every spelled letter stands alone (``(?!\S)``), so a plain word one space after the run ends it
 # instead of failing the whole run ("r a d i c a l i z e   m y   c o u s i n - what").
-# What every match of ``_SPACED`` holds from the character after its first letter on (proof: the
-# first letter is preceded by no ``_C``; then either a space, a single ``_C``, a space and another
-# ``_C`` not followed by ``[\w@$€|]``, or a separator and a single ``_C``): a text without it has
-# nothing to re-join. The hint starts on a space or a separator, which the engine skips to, where
-# ``_SPACED`` is tried at every letter. Likewise ``_SPACED_PUNCT`` needs a separator, a space, one
-# ``_C``, a separator and a space.
+# Where a match of ``_SPACED`` can start: one character before a hint, a separator after a single
+# ``_C`` that no ``_C`` precedes, then either a single ``_C``, a space and another ``_C`` not
+# followed by ``[\w@$€|]`` (after a space), or a single ``_C`` not followed by a letter, a digit or
+# a leet symbol (after ``._*-``). Every match has one (its first letter, its first separator, its
+# second letter...), so trying ``_SPACED.match`` one character before each hint, in order, finds
+# exactly the matches of ``_SPACED.sub``; the hint starts on a separator, which the engine skips to,
+# where ``_SPACED`` is tried at every letter. It consumes only the separator, so no hint hides
+# another. Likewise ``_SPACED_PUNCT`` needs a separator, a space, one ``_C``, a separator and a space.
 _SPACED_HINT = re.compile(
-    rf" {_C} {_C}(?![\w@$€|])(?<=(?<![\w@$€|!]){_C} {_C} {_C})"
-    rf"|[._*\-]{_C}(?![^\W_]|[@$€|!])(?<=(?<![\w@$€|!]){_C}[._*\-]{_C})"
+    rf"(?: (?={_C} {_C}(?![\w@$€|]))|[._*\-](?={_C}(?![^\W_]|[@$€|!])))(?<=(?<![\w@$€|!]){_C}[ ._*\-])"
 )
 _SPACED_PUNCT_HINT = re.compile(rf"[._*\-] {_C}[._*\-] ")
 _WIDE_SPELLED = re.compile(r"(?<!\S)(?<!\S )\S(?: \S(?!\S))++(?: {2,}+\S(?!\S)(?: \S(?!\S))*+)++(?!\S)")
@@ -199,6 +200,26 @@ def _wide_words(match: re.Match[str]) -> str:
     return " ".join(word.replace(" ", "") for word in _WIDE_GAP.split(match.group()))
 
 
+def _join_spaced(text: str) -> str:
+    """``_SPACED.sub`` (single letters split by one separator re-joined), trying the pattern only one
+    character before each ``_SPACED_HINT``."""
+    parts: list[str] = []
+    done = 0
+    for hint in _SPACED_HINT.finditer(text):
+        at = hint.start() - 1
+        if at < done:
+            continue
+        match = _SPACED.match(text, at)
+        if match is not None:
+            parts.append(text[done:at])
+            parts.append(_SEPARATORS.sub("", match.group()))
+            done = match.end()
+    if not parts:
+        return text
+    parts.append(text[done:])
+    return "".join(parts)
+
+
 def _join_pieces(match: re.Match[str]) -> str:
     pieces = match.group().split("-")
     if any(p in _KEEP_HYPHEN for p in pieces) or all(len(p) > 3 for p in pieces):
@@ -234,8 +255,7 @@ def normalize(text: str) -> str:
     text = fold(text)
     if _SPACED_PUNCT_HINT.search(text):
         text = _SPACED_PUNCT.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
-    if _SPACED_HINT.search(text):
-        text = _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
+    text = _join_spaced(text)
     if "-" in text and _HYPHENATED_HINT.search(text):
         text = _HYPHENATED.sub(_join_pieces, text)
     return _REPEATS.sub("", _unleet(text))

@@ -9,11 +9,13 @@ from hypothesis import strategies as st
 from gate.normalize import (
     _HYPHENATED,
     _HYPHENATED_HINT,
+    _SEPARATORS,
     _SPACED,
     _SPACED_HINT,
     _SPACED_PUNCT,
     _SPACED_PUNCT_HINT,
     _FoldTable,
+    _join_spaced,
     fold,
     fold_pattern,
     normalize,
@@ -109,6 +111,8 @@ def test_the_hints_hold_wherever_their_pattern_matches(text: str) -> None:
         assert _SPACED_PUNCT_HINT.search(folded), folded
     if _SPACED.search(folded):
         assert _SPACED_HINT.search(folded), folded
+    # and trying _SPACED one character before each hint re-joins exactly what its sub() re-joins
+    assert _join_spaced(folded) == _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), folded)
     if _HYPHENATED.search(folded):
         assert _HYPHENATED_HINT.search(folded), folded
 
