@@ -60,9 +60,10 @@ _SPACED_HINT = re.compile(
 _SPACED_PUNCT_HINT = re.compile(rf"[._*\-] {_C}[._*\-] ")
 _WIDE_SPELLED = re.compile(r"(?<!\S)(?<!\S )\S(?: \S(?!\S))++(?: {2,}+\S(?!\S)(?: \S(?!\S))*+)++(?!\S)")
 _WIDE_GAP = re.compile(r" {2,}")
-# A word cut into pieces by single hyphens, one piece short ("ex-plo-sif", "pi-pe", "bo-mb"); every
-# match holds a hyphen between two letters, which the hint finds from the hyphen (a rare character
-# the engine skips to) where the full pattern is tried at every word.
+# A word cut into pieces by single hyphens, one piece short ("ex-plo-sif", "pi-pe", "bo-mb"). Every
+# match starts where the run of letters before one of its hyphens starts, and that hyphen stands
+# between two letters: the hint finds those hyphens (a rare character the engine skips to), and the
+# pattern is tried only at the start of the letters before each, where ``sub`` tries it at every word.
 _HYPHENATED = re.compile(r"\b[a-z]+(?:-[a-z]+)+\b")
 _HYPHENATED_HINT = re.compile(r"-(?<=[a-z]-)(?=[a-z])")
 # French pronouns and articles after a hyphen ("dis-moi", "mot-de-passe"): those words stay as written.
@@ -220,6 +221,28 @@ def _join_spaced(text: str) -> str:
     return "".join(parts)
 
 
+def _join_hyphenated(text: str) -> str:
+    """``_HYPHENATED.sub(_join_pieces, text)``, trying the pattern only where the letters before a
+    hyphen between two letters start."""
+    parts: list[str] = []
+    done = 0
+    for hint in _HYPHENATED_HINT.finditer(text):
+        at = hint.start() - 1
+        while at > done and "a" <= text[at - 1] <= "z":
+            at -= 1
+        if at < done:
+            continue
+        match = _HYPHENATED.match(text, at)
+        if match is not None:
+            parts.append(text[done:at])
+            parts.append(_join_pieces(match))
+            done = match.end()
+    if not parts:
+        return text
+    parts.append(text[done:])
+    return "".join(parts)
+
+
 def _join_pieces(match: re.Match[str]) -> str:
     pieces = match.group().split("-")
     if any(p in _KEEP_HYPHEN for p in pieces) or all(len(p) > 3 for p in pieces):
@@ -256,8 +279,8 @@ def normalize(text: str) -> str:
     if _SPACED_PUNCT_HINT.search(text):
         text = _SPACED_PUNCT.sub(lambda m: _SEPARATORS.sub("", m.group()), text)
     text = _join_spaced(text)
-    if "-" in text and _HYPHENATED_HINT.search(text):
-        text = _HYPHENATED.sub(_join_pieces, text)
+    if "-" in text:
+        text = _join_hyphenated(text)
     return _REPEATS.sub("", _unleet(text))
 
 

@@ -15,6 +15,8 @@ from gate.normalize import (
     _SPACED_PUNCT,
     _SPACED_PUNCT_HINT,
     _FoldTable,
+    _join_hyphenated,
+    _join_pieces,
     _join_spaced,
     fold,
     fold_pattern,
@@ -98,7 +100,7 @@ def test_fold_table_stops_caching_at_its_limit() -> None:
     assert len(table) == 1
 
 
-_SPACED_ALPHABET = "ab1$@|!é. -_*x"  # also hyphens between letters
+_SPACED_ALPHABET = "abm1$@|!é. -_*x"  # also hyphens between letters ("ab-m", "mo-i")
 
 
 @settings(max_examples=3000, deadline=None)
@@ -115,6 +117,7 @@ def test_the_hints_hold_wherever_their_pattern_matches(text: str) -> None:
     assert _join_spaced(folded) == _SPACED.sub(lambda m: _SEPARATORS.sub("", m.group()), folded)
     if _HYPHENATED.search(folded):
         assert _HYPHENATED_HINT.search(folded), folded
+    assert _join_hyphenated(folded) == _HYPHENATED.sub(_join_pieces, folded)
 
 
 def test_the_spaced_letters_hints_skip_ordinary_text() -> None:
