@@ -36,7 +36,7 @@ import regex
 
 from gate.language import language_of
 from gate.lexical import LexicalDecision, LexicalHead
-from gate.literals import first_words
+from gate.literals import first_words, word_needs
 from gate.normalize import normalize
 from gate.rules import PREFIX_HEAD, Rule, RuleSet, TriggerGroup, load_rules
 
@@ -124,10 +124,20 @@ class Gate:
             for rule in rules.rules
             if rule.starts is not None
         }
-        # The word beginnings a question needs: those of the prefix triggers and of the rules' first
-        # words, each word's looked up once and remembered across questions (_Heads).
+        # Each alternative of a rule's pattern: its first words and what every match of it holds
+        # (gate.literals.word_needs): in a sentence without those, its first words are not tried.
+        self._parts: dict[str, tuple[_Part, ...] | None] = {
+            rule.pattern.pattern: _parts(rule.parts) for rule in rules.rules if rule.starts is not None
+        }
+        # The word beginnings a question needs: those of the prefix triggers, of the rules' first
+        # words and of their alternatives' needs, each word's looked up once and remembered across
+        # questions (_Heads).
         vocabulary = set(self._prefix_masks)
         vocabulary.update(b for _, prefixes in self._first.values() for b in prefixes)
+        for parts in self._parts.values():
+            for _, prefixes, needs in parts or ():
+                vocabulary.update(prefixes)
+                vocabulary.update(b for need in needs for b in need)
         self._heads = _Heads(frozenset(vocabulary))
 
     @classmethod
@@ -246,7 +256,9 @@ class Gate:
         at = s
         match_at = rule.pattern.match
         timeout = self.timeout_s
-        for start in question.starts(self._first[rule.pattern.pattern], s, e):
+        parts = self._parts[rule.pattern.pattern]
+        first = self._first[rule.pattern.pattern] if parts is None else question.first_words(parts, s, e)
+        for start in question.starts(first, s, e):
             if start < at:
                 continue
             match = match_at(text, start, e, timeout=timeout)
@@ -285,6 +297,25 @@ def _first_words(pattern: str, starts: frozenset[str]) -> tuple[frozenset[str], 
     prefixes = {p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)}
     covered = tuple(prefixes)
     return frozenset(w for w in words if not w.startswith(covered)), frozenset(prefixes)
+
+
+_Part = tuple[frozenset[str], frozenset[str], tuple[frozenset[str], ...]]
+"""An alternative of a rule's pattern: its first words (whole), their prefixes, and the sets of word
+beginnings every match of it holds a word of (at most two, the most selective first)."""
+_NONE: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+
+
+@functools.lru_cache(maxsize=1024)
+def _parts(parts: tuple[str, ...]) -> tuple[_Part, ...] | None:
+    """The alternatives of a rule's pattern as ``_Part``; None when one has no first words (the rule's
+    first words are then tried in every sentence) or the rule has none listed."""
+    found: list[_Part] = []
+    for part in parts:
+        if first_words(part) is None:
+            return None
+        words, prefixes = _first_words(part, frozenset())
+        found.append((words, prefixes, tuple(word_needs(part, PREFIX_HEAD)[:2])))
+    return tuple(found) or None
 
 
 _SPLIT_WORDS = re.compile(r"(\w+)")
@@ -368,6 +399,7 @@ class _Question:
     """
 
     __slots__ = (
+        "_active",
         "_ends",
         "_heads",
         "_index",
@@ -397,6 +429,7 @@ class _Question:
         self._start_heads: set[str] | None = self.heads if self._pieces is not None else None
         self._start_words: set[str] | None = self.words if self._pieces is not None else None
         self._words_at: dict[str, list[int]] = {}
+        self._active: dict[tuple[_Part, ...], list[tuple[int, frozenset[str], frozenset[str]]]] = {}
         self._ends: list[int] | None = None
         self._sentences_of: dict[str, int] = {}
         self._index: tuple[list[str], list[int]] | None = None
@@ -471,6 +504,51 @@ class _Question:
         if len(found) > 1:
             found.sort()
         return found
+
+    def first_words(self, parts: tuple[_Part, ...], s: int, e: int) -> tuple[frozenset[str], frozenset[str]]:
+        """The first words and prefixes of the alternatives ``parts`` that can match in the sentence
+        ``text[s:e]``: those whose every need has a word there (looked for anywhere in the text, inside
+        words too: a superset). At any other word start no alternative can match."""
+        active = self._active.get(parts)
+        if active is None:
+            active = self._active[parts] = self._possible(parts)
+        if not active:
+            return _NONE
+        ends = self._ends or []  # computed by _possible
+        # The sentence's bit; any sentence for the whole text (a rule without triggers).
+        whole = not ends or (s == 0 and e == len(self.text))
+        bit = -1 if whole else 1 << bisect.bisect_left(ends, s)
+        here = [(words, prefixes) for mask, words, prefixes in active if mask & bit]
+        if len(here) == 1:
+            return here[0]
+        if not here:
+            return _NONE
+        return frozenset().union(*(w for w, _ in here)), frozenset().union(*(p for _, p in here))
+
+    def _possible(self, parts: tuple[_Part, ...]) -> list[tuple[int, frozenset[str], frozenset[str]]]:
+        """The alternatives with every need held by a word of the question, with the sentences (as
+        bits) that hold them all."""
+        heads = self.heads
+        if self._ends is None:
+            lengths = map((1).__add__, map(len, _SENTENCE_SPLIT.split(self.text)))
+            self._ends = list(itertools.accumulate(lengths, initial=-1))[1:-1]
+        ends, of = self._ends, self._sentences_of
+        active = []
+        for words, prefixes, needs in parts:
+            mask = -1
+            for need in needs:
+                held = 0
+                for needle in need & heads:
+                    where = of.get(needle)
+                    if where is None:
+                        where = of[needle] = self._find(needle, ends)
+                    held |= where
+                mask &= held
+                if not mask:
+                    break
+            if mask:
+                active.append((mask, words, prefixes))
+        return active
 
     def _exact(self, word: str) -> list[int]:
         """Where ``word`` starts, in order (the sort is stable: one word's starts stay in order)."""

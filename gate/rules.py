@@ -120,6 +120,7 @@ class Rule:
     strict: bool = False
     exception_window: int = DEFAULT_EXCEPTION_WINDOW
     starts: frozenset[str] | None = None
+    parts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +360,7 @@ def _rule(
         strict=strict,
         exception_window=window,
         starts=match_starts(pattern),
+        parts=tuple(patterns),
     )
 
 

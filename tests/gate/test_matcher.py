@@ -260,3 +260,53 @@ def test_word_heads_are_remembered_up_to_a_limit() -> None:
     assert heads.of({"make", "making", "build", "z"}) == {"ma", "make", "bu"}
     assert len(heads._known) == 2  # then computed, not remembered
     assert heads.of({"make", "making", "build", "z", "xyz"}) == {"ma", "make", "bu", "x"}
+
+
+_PARTS_RULES = """version = 1
+[replies.weapons]
+en = "No weapons."
+fr = "Non."
+[[rules]]
+id = "parts"
+category = "weapons"
+patterns = ['\\b(?:i|me)[^\\w.!?]+(?:\\w+[^\\w.!?]+){0,2}?(?:bomb|gun)s?\\b', '\\bhow to (?:make|build)\\b']
+near = [['\\bmake\\b', '\\b(?:napalm|thermite)\\b']]
+exceptions = ['\\bgame\\b']
+exception_window = 12
+"""
+_PARTS_WORDS = "i me make how to build bomb guns gun napalm thermite game a x . ! ; but".split()  # noqa: SIM905
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PARTS_WORDS), max_size=24))
+def test_a_rule_is_tried_only_where_one_of_its_alternatives_can_match(words: list[str]) -> None:
+    # An alternative's first words are tried only in the sentences that hold what every match of it
+    # holds (Gate._parts): the same matches, in the same order, as a scan of every position, so the
+    # same decisions (exceptions scoped to each match).
+    gate = Gate(parse_rules(_PARTS_RULES, source="t"))
+    rule = gate.rules.rules[0]
+    assert gate._parts[rule.pattern.pattern] is not None
+    scan = Gate(dataclasses.replace(gate.rules, rules=(dataclasses.replace(rule, starts=None),)))
+    text = normalize(" ".join(words))
+    question = _Question(text, gate._heads)
+    spans = question.sentences(rule.triggers) if gate._tried(question) == [0] else []
+    for s, e in spans:
+        found = [m.span() for m in gate._matches(rule, question, s, e)]
+        assert found == [m.span() for m in rule.pattern.finditer(text, s, e)], (text, s, e)
+    assert gate.check(text) == scan.check(text), text
+
+
+def test_an_alternative_whose_needs_a_sentence_lacks_is_not_tried_there() -> None:
+    gate = Gate(parse_rules(_PARTS_RULES, source="t"))
+    rule = gate.rules.rules[0]
+    parts = gate._parts[rule.pattern.pattern]
+    assert parts is not None
+    text = normalize("i want a gun. me and i make a level")
+    question = _Question(text, gate._heads)
+    end = text.index(".")
+    question.sentences(rule.triggers)  # reads where the sentences end
+    first, second = (0, end), (end + 1, len(text))
+    assert "i" in question.first_words(parts, *first)[0]  # "gun" is in the first sentence
+    assert "i" not in question.first_words(parts, *second)[0]  # neither "bomb" nor "gun" in the second
+    assert gate.check("i want a gun").hit
+    assert not gate.check("me and i make a level").hit
