@@ -129,6 +129,9 @@ class Gate:
         self._parts: dict[str, tuple[_Part, ...] | None] = {
             rule.pattern.pattern: _parts(rule.parts) for rule in rules.rules if rule.starts is not None
         }
+        for rule in rules.rules:
+            if self._parts.get(rule.pattern.pattern) is not None:
+                _compiled(rule.parts)
         # The word beginnings a question needs: those of the prefix triggers, of the rules' first
         # words and of their alternatives' needs, each word's looked up once and remembered across
         # questions (_Heads).
@@ -164,6 +167,9 @@ class Gate:
         verdict: LexicalDecision | None = None
         for r in self._tried(question):
             rule = self.rules.rules[r]
+            parts = self._parts.get(rule.pattern.pattern)
+            if parts is not None and not question.active(parts):
+                continue  # no alternative has all it needs in the question: no match anywhere
             spans = question.sentences(rule.triggers) if rule.triggers else [(0, len(normalized))]
             if not spans:
                 continue
@@ -257,14 +263,31 @@ class Gate:
         match_at = rule.pattern.match
         timeout = self.timeout_s
         parts = self._parts[rule.pattern.pattern]
-        first = self._first[rule.pattern.pattern] if parts is None else question.first_words(parts, s, e)
-        for start in question.starts(first, s, e):
+        if parts is None:
+            for start in question.starts(self._first[rule.pattern.pattern], s, e):
+                if start < at:
+                    continue
+                match = match_at(text, start, e, timeout=timeout)
+                if match is not None:
+                    yield match
+                    at = match.end()
+            return
+        # Each alternative alone, at its own first words, in the alternation's order: at one
+        # position the joined pattern matches as its first alternative that matches there.
+        alone = _compiled(rule.parts)
+        tried: dict[int, list[int]] = {}
+        for index, words, prefixes in question.here(parts, s, e):
+            for start in question.starts((words, prefixes), s, e):
+                tried.setdefault(start, []).append(index)
+        for start in sorted(tried):
             if start < at:
                 continue
-            match = match_at(text, start, e, timeout=timeout)
-            if match is not None:
-                yield match
-                at = match.end()
+            for index in tried[start]:
+                match = alone[index].match(text, start, e, timeout=timeout)
+                if match is not None:
+                    yield match
+                    at = match.end()
+                    break
 
     def _excused(self, rule: Rule, text: str, start: int, end: int, s: int, e: int) -> bool:
         """Whether an exception matches in the clause of the match ``text[start:end]`` (inside the
@@ -302,7 +325,6 @@ def _first_words(pattern: str, starts: frozenset[str]) -> tuple[frozenset[str], 
 _Part = tuple[frozenset[str], frozenset[str], tuple[frozenset[str], ...]]
 """An alternative of a rule's pattern: its first words (whole), their prefixes, and the sets of word
 beginnings every match of it holds a word of (at most two, the most selective first)."""
-_NONE: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -316,6 +338,12 @@ def _parts(parts: tuple[str, ...]) -> tuple[_Part, ...] | None:
         words, prefixes = _first_words(part, frozenset())
         found.append((words, prefixes, tuple(word_needs(part, PREFIX_HEAD)[:2])))
     return tuple(found) or None
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(parts: tuple[str, ...]) -> tuple[regex.Pattern[str], ...]:
+    """A rule's alternatives compiled alone (shared by every gate over the same rules)."""
+    return tuple(regex.compile(part) for part in parts)
 
 
 _SPLIT_WORDS = re.compile(r"(\w+)")
@@ -429,7 +457,7 @@ class _Question:
         self._start_heads: set[str] | None = self.heads if self._pieces is not None else None
         self._start_words: set[str] | None = self.words if self._pieces is not None else None
         self._words_at: dict[str, list[int]] = {}
-        self._active: dict[tuple[_Part, ...], list[tuple[int, frozenset[str], frozenset[str]]]] = {}
+        self._active: dict[tuple[_Part, ...], list[tuple[int, int, frozenset[str], frozenset[str]]]] = {}
         self._ends: list[int] | None = None
         self._sentences_of: dict[str, int] = {}
         self._index: tuple[list[str], list[int]] | None = None
@@ -505,27 +533,30 @@ class _Question:
             found.sort()
         return found
 
-    def first_words(self, parts: tuple[_Part, ...], s: int, e: int) -> tuple[frozenset[str], frozenset[str]]:
-        """The first words and prefixes of the alternatives ``parts`` that can match in the sentence
-        ``text[s:e]``: those whose every need has a word there (looked for anywhere in the text, inside
-        words too: a superset). At any other word start no alternative can match."""
-        active = self._active.get(parts)
-        if active is None:
-            active = self._active[parts] = self._possible(parts)
+    def here(
+        self, parts: tuple[_Part, ...], s: int, e: int
+    ) -> list[tuple[int, frozenset[str], frozenset[str]]]:
+        """The alternatives ``parts`` (index, first words, prefixes) that can match in the sentence
+        ``text[s:e]``: those whose every need has a word there (looked for anywhere in the text,
+        inside words too: a superset). At any other word start none of them can match."""
+        active = self.active(parts)
         if not active:
-            return _NONE
+            return []
         ends = self._ends or []  # computed by _possible
         # The sentence's bit; any sentence for the whole text (a rule without triggers).
         whole = not ends or (s == 0 and e == len(self.text))
         bit = -1 if whole else 1 << bisect.bisect_left(ends, s)
-        here = [(words, prefixes) for mask, words, prefixes in active if mask & bit]
-        if len(here) == 1:
-            return here[0]
-        if not here:
-            return _NONE
-        return frozenset().union(*(w for w, _ in here)), frozenset().union(*(p for _, p in here))
+        return [(index, words, prefixes) for mask, index, words, prefixes in active if mask & bit]
 
-    def _possible(self, parts: tuple[_Part, ...]) -> list[tuple[int, frozenset[str], frozenset[str]]]:
+    def active(self, parts: tuple[_Part, ...]) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
+        """The alternatives ``parts`` with every need held by a word of the question, each with the
+        sentences (as bits) that hold them all; computed once per question and rule."""
+        active = self._active.get(parts)
+        if active is None:
+            active = self._active[parts] = self._possible(parts)
+        return active
+
+    def _possible(self, parts: tuple[_Part, ...]) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
         """The alternatives with every need held by a word of the question, with the sentences (as
         bits) that hold them all."""
         heads = self.heads
@@ -534,7 +565,7 @@ class _Question:
             self._ends = list(itertools.accumulate(lengths, initial=-1))[1:-1]
         ends, of = self._ends, self._sentences_of
         active = []
-        for words, prefixes, needs in parts:
+        for index, (words, prefixes, needs) in enumerate(parts):
             mask = -1
             for need in needs:
                 held = 0
@@ -547,7 +578,7 @@ class _Question:
                 if not mask:
                     break
             if mask:
-                active.append((mask, words, prefixes))
+                active.append((mask, index, words, prefixes))
         return active
 
     def _exact(self, word: str) -> list[int]:

@@ -306,7 +306,7 @@ def test_an_alternative_whose_needs_a_sentence_lacks_is_not_tried_there() -> Non
     end = text.index(".")
     question.sentences(rule.triggers)  # reads where the sentences end
     first, second = (0, end), (end + 1, len(text))
-    assert "i" in question.first_words(parts, *first)[0]  # "gun" is in the first sentence
-    assert "i" not in question.first_words(parts, *second)[0]  # neither "bomb" nor "gun" in the second
+    assert 0 in [index for index, _, _ in question.here(parts, *first)]  # "gun" is in the first sentence
+    assert 0 not in [index for index, _, _ in question.here(parts, *second)]  # no "bomb" nor "gun" there
     assert gate.check("i want a gun").hit
     assert not gate.check("me and i make a level").hit
