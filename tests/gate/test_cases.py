@@ -240,3 +240,15 @@ def test_blind_set_13_keeps_its_recorded_floor(gate: Gate) -> None:
     # and the lexical head blocked then; training data since the sixth session (TUNED_HELDOUT), so
     # its figures are in sample from then on (eval/data/gate-heldout/README.md).
     assert_floor(gate, HELD_OUT_13, (130, 132), blocked=108, false_blocks=1)
+
+
+HELD_OUT_14 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-14.jsonl")
+HELD_OUT_15 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-15.jsonl")
+
+
+def test_untouched_blind_sets_14_and_15_keep_their_recorded_floors(gate: Gate) -> None:
+    # Issue 17's sixth session: two fresh sets held by the lead, scored once on the final gate
+    # (021f892) and never tuned on (eval/data/gate-heldout/README.md): what the rules and the lexical
+    # head (Gate.check) blocked then, so that a change losing ground on unseen wordings fails.
+    assert_floor(gate, HELD_OUT_14, (130, 132), blocked=107, false_blocks=5)
+    assert_floor(gate, HELD_OUT_15, (130, 132), blocked=115, false_blocks=2)

@@ -76,7 +76,9 @@ def test_training_rows_hold_every_file_once_with_its_labels() -> None:
     sources = Counter(row.source for row in rows)
     assert sources["gate-train-en.jsonl"] == 938
     assert sources["gate-train-fr.jsonl"] == 938
-    for name in ("gate-train-14.jsonl", "gate-train-15.jsonl", "gate-train-16.jsonl"):
+    # one line of set 14 was also written, word for word, by blind 14's writer: left out since then
+    assert sources["gate-train-14.jsonl"] == 779
+    for name in ("gate-train-15.jsonl", "gate-train-16.jsonl"):
         assert sources[name] == 780, name
     assert sources["exemplars.jsonl"] > 0
     en = [row for row in rows if row.source == "gate-train-en.jsonl"]
