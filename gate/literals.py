@@ -19,6 +19,7 @@ module extensions it cannot read (``\\p{..}``) give ``None`` too.
 
 from __future__ import annotations
 
+import functools
 import re
 from re import _constants as c  # type: ignore[attr-defined]
 from re import _parser  # type: ignore[attr-defined]
@@ -44,13 +45,21 @@ def word_needs(pattern: str, limit: int) -> list[frozenset[str]]:
     contains a word starting with one of the set: one set per required piece of the pattern that
     could be read (its beginning, a word after a separator, a required group), most selective first.
     Empty when none could be derived."""
+    return list(_word_needs(pattern, limit))
+
+
+# The readings below are pure functions of the pattern's text, and loading the shipped rules asks
+# for about 1,500 of them: each is computed once per process (every gate a process builds shares it).
+@functools.lru_cache(maxsize=8192)
+def _word_needs(pattern: str, limit: int) -> tuple[frozenset[str], ...]:
     try:
         parsed = _parser.parse(pattern, 0)
     except (re.error, OverflowError, RecursionError):
-        return []
-    return _sequence(list(parsed), limit, anchored=False)
+        return ()
+    return tuple(_sequence(list(parsed), limit, anchored=False))
 
 
+@functools.lru_cache(maxsize=8192)
 def word_beginnings(pattern: str, limit: int) -> frozenset[str] | None:
     """The literal beginnings (at most ``limit`` letters, each at a word start) of every match of
     ``pattern``, or ``None`` when they cannot be derived."""
@@ -61,6 +70,7 @@ def word_beginnings(pattern: str, limit: int) -> frozenset[str] | None:
     return _run(list(parsed), limit, anchored=False)
 
 
+@functools.lru_cache(maxsize=8192)
 def first_words(pattern: str, limit: int = 40) -> tuple[frozenset[str], frozenset[str]] | None:
     """The first word of every match of ``pattern``, as ``(words, prefixes)``: every match starts at
     a word start, and its word (the whole run of word characters there) is one of ``words``, or

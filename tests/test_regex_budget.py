@@ -58,7 +58,7 @@ ANCHORED: dict[str, str] = {
 DYNAMIC: dict[str, str] = {
     "worker/addressing.py:mention_pattern": "mentions",
     "sanitizer/blocks.py:split_blocks": "sanitize",
-    "gate/rules.py:_compile": "gate rule patterns",
+    "gate/rules.py:_regex": "gate rule patterns",
     # Each alternative of a rule's pattern compiled alone (Rule.parts): a search of the joined pattern,
     # which the gate rule test times, runs every alternative at every position, so its worst case
     # bounds each part's; every call carries the gate's timeout too.
