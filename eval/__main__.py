@@ -121,6 +121,13 @@ def parser() -> argparse.ArgumentParser:
         "--question-features",
         help="comma-separated abstention-score features (default: all; 'none': no abstention score)",
     )
+    f.add_argument(
+        "--max-abstained",
+        type=float,
+        default=0.05,
+        help="the abstention threshold abstains on at most this share of each answerable slice of the "
+        "fit half, out of fold (default 0.05, the target; lower leaves a margin for the test half)",
+    )
     f.add_argument("--dry-run", action="store_true", help="report the fit, do not write the weights")
     f.add_argument(
         "--excerpt-cosines-from",
@@ -195,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 topic_features=_names(args.topic_features, TOPIC_FEATURES),
                 within=args.within,
                 question_features=_names(args.question_features, QUESTION_FEATURES),
+                max_abstained=args.max_abstained,
             )
             print(json.dumps(fitted))
             return 0

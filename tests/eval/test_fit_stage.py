@@ -304,3 +304,14 @@ def test_the_excerpt_cosines_refit_knows_the_out_of_domain_training_questions(tm
     assert texts["ood-fit-095"] == "Best pizza in Naples?"
     assert "q1" in texts
     assert any(k.startswith("q1") and k != "q1" for k in texts)  # the short form, as the fit collects it
+
+
+def test_a_lower_share_leaves_a_margin_below_the_target() -> None:
+    data = with_out_of_domain(synthetic(questions=100), questions=60)
+    oof = cross_validated(data, ("cosine", "first_post"), "m", question_features=("top", "top_cosine"))["oof"]
+    target, at_target = abstention_threshold(data, oof)
+    margin, with_margin = abstention_threshold(data, oof, 0.02)
+    assert margin <= target
+    for part in ("long", "short"):
+        assert with_margin[part]["abstained"] <= 0.02
+        assert with_margin[part]["abstained"] <= at_target[part]["abstained"]
