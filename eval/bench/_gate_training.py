@@ -11,8 +11,9 @@ The lexical head (``gate_lexical train``) and the embedding layer's linear head 
 - the training sets written for the heads by helpers who never saw the rules
   (``eval/data/gate-train/*.jsonl``, provenance in its README).
 
-Never the untuned held-out sets (blind 10, 12, 14, 15, 16 and 17, and a new one before its first score): they stay for
-measuring (``UNTUNED_HELDOUT``; a test checks that no training line repeats one of theirs).
+Never the untuned held-out sets (blind 10, 12, 14, 15, 16 and 17, and a new one before its first
+score): they stay for measuring (``UNTUNED_HELDOUT``; a test checks that no training line repeats
+one of theirs).
 """
 
 from __future__ import annotations
