@@ -17,6 +17,7 @@ from pathlib import Path
 from eval.evaluation.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
 from eval.evaluation.datasets import URHO3D, DatasetError
 from eval.evaluation.runner import RetrievalRun
+from eval.evaluation.thresholds import MAX_ABSTAINED
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = URHO3D
@@ -124,9 +125,9 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument(
         "--max-abstained",
         type=float,
-        default=0.05,
+        default=MAX_ABSTAINED,
         help="the abstention threshold abstains on at most this share of each answerable slice of the "
-        "fit half, out of fold (default 0.05, the target; lower leaves a margin for the test half)",
+        f"fit half, out of fold (default {MAX_ABSTAINED}, the target; lower: a margin for the test half)",
     )
     f.add_argument("--dry-run", action="store_true", help="report the fit, do not write the weights")
     f.add_argument(
