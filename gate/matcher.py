@@ -126,7 +126,7 @@ class Gate:
         }
         # Each alternative of a rule's pattern: its first words and what every match of it holds
         # (gate.literals.word_needs): in a sentence without those, its first words are not tried.
-        self._parts: dict[str, tuple[_Part, ...] | None] = {
+        self._parts: dict[str, _Alternatives | None] = {
             rule.pattern.pattern: _parts(rule.parts) for rule in rules.rules if rule.starts is not None
         }
         for rule in rules.rules:
@@ -137,8 +137,8 @@ class Gate:
         # questions (_Heads).
         vocabulary = set(self._prefix_masks)
         vocabulary.update(b for _, prefixes in self._first.values() for b in prefixes)
-        for parts in self._parts.values():
-            for _, prefixes, needs in parts or ():
+        for alternatives in self._parts.values():
+            for _, prefixes, needs in alternatives.parts if alternatives else ():
                 vocabulary.update(prefixes)
                 vocabulary.update(b for need in needs for b in need)
         self._heads = _Heads(frozenset(vocabulary))
@@ -327,17 +327,58 @@ _Part = tuple[frozenset[str], frozenset[str], tuple[frozenset[str], ...]]
 beginnings every match of it holds a word of (at most two, the most selective first)."""
 
 
+@dataclass(frozen=True, eq=False, slots=True)
+class _Alternatives:
+    """A rule's alternatives (``parts``, in the alternation's order) and their needs inverted, as
+    ``Gate._tried`` inverts the trigger groups: alternative ``i`` owns one bit per need and a guard bit
+    above them; a word beginning -> the bits of every need it is one of. The alternatives whose every
+    need the question holds are then read off the guards (``_Question.active``), with Python work per
+    beginning the question holds, not per alternative. ``free``: the alternatives without needs."""
+
+    parts: tuple[_Part, ...]
+    vocabulary: frozenset[str]
+    masks: dict[str, int]
+    group_bits: int
+    low_bits: int
+    guard_bits: int
+    at: dict[int, int]
+    free: tuple[int, ...]
+
+
 @functools.lru_cache(maxsize=1024)
-def _parts(parts: tuple[str, ...]) -> tuple[_Part, ...] | None:
-    """The alternatives of a rule's pattern as ``_Part``; None when one has no first words (the rule's
-    first words are then tried in every sentence) or the rule has none listed."""
+def _parts(parts: tuple[str, ...]) -> _Alternatives | None:
+    """The alternatives of a rule's pattern; None when one has no first words (the rule's first words
+    are then tried in every sentence) or the rule has none listed."""
     found: list[_Part] = []
     for part in parts:
         if first_words(part) is None:
             return None
         words, prefixes = _first_words(part, frozenset())
         found.append((words, prefixes, tuple(word_needs(part, PREFIX_HEAD)[:2])))
-    return tuple(found) or None
+    if not found:
+        return None
+    masks: dict[str, int] = {}
+    at: dict[int, int] = {}
+    free = []
+    group_bits = low_bits = guard_bits = 0
+    offset = 0
+    for index, (_, _, needs) in enumerate(found):
+        if not needs:
+            free.append(index)
+            continue
+        for n, need in enumerate(needs):
+            bit = 1 << (offset + n)
+            group_bits |= bit
+            for head in need:
+                masks[head] = masks.get(head, 0) | bit
+        low_bits |= 1 << offset
+        offset += len(needs)
+        guard_bits |= 1 << offset
+        at[offset + 1] = index
+        offset += 1
+    return _Alternatives(
+        tuple(found), frozenset(masks), masks, group_bits, low_bits, guard_bits, at, tuple(free)
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -429,13 +470,14 @@ class _Question:
     __slots__ = (
         "_active",
         "_ends",
+        "_head_sentences",
         "_heads",
         "_index",
         "_pieces",
-        "_sentences_of",
         "_start_heads",
         "_start_words",
         "_starts_of",
+        "_word_sentences",
         "_words_at",
         "heads",
         "text",
@@ -457,9 +499,10 @@ class _Question:
         self._start_heads: set[str] | None = self.heads if self._pieces is not None else None
         self._start_words: set[str] | None = self.words if self._pieces is not None else None
         self._words_at: dict[str, list[int]] = {}
-        self._active: dict[tuple[_Part, ...], list[tuple[int, int, frozenset[str], frozenset[str]]]] = {}
+        self._active: dict[_Alternatives, list[tuple[int, int, frozenset[str], frozenset[str]]]] = {}
         self._ends: list[int] | None = None
-        self._sentences_of: dict[str, int] = {}
+        self._word_sentences: dict[str, int] = {}
+        self._head_sentences: dict[str, int] = {}
         self._index: tuple[list[str], list[int]] | None = None
         self._starts_of: dict[str, list[int]] = {}
         # The trigger words and prefixes the question holds (set by Gate._tried).
@@ -475,20 +518,19 @@ class _Question:
         if ends is None:
             lengths = map((1).__add__, map(len, _SENTENCE_SPLIT.split(self.text)))
             ends = self._ends = list(itertools.accumulate(lengths, initial=-1))[1:-1]
-        words, heads, of = self.trigger_words, self.trigger_heads, self._sentences_of
+        if not ends:
+            return [(0, len(self.text))]
+        words, heads, where = self.trigger_words, self.trigger_heads, self._held
         found = -1
         for group in groups:
             held = 0
-            for needle in (group.words & words) | (group.prefixes & heads):
-                where = of.get(needle)
-                if where is None:
-                    where = of[needle] = self._find(needle, ends)
-                held |= where
+            for word in group.words & words:
+                held |= where(word, False)
+            for head in group.prefixes & heads:
+                held |= where(head, True)
             found &= held
             if not found:
                 return []
-        if not ends:
-            return [(0, len(self.text))]
         spans = []
         size = len(self.text)
         while found:
@@ -498,15 +540,32 @@ class _Question:
             found ^= low
         return spans
 
-    def _find(self, needle: str, ends: list[int]) -> int:
-        """The sentences where ``needle`` occurs, as bits (sentence ``i``: bit ``i``)."""
-        text = self.text
+    def _held(self, needle: str, head: bool) -> int:
+        """The sentences that hold the word ``needle`` (``head``: a word beginning with it), as bits
+        (sentence ``i``: bit ``i``), remembered per question. Read off the words' sorted start index
+        (which ``starts`` shares); where ``re`` and ``regex`` read other words, ``needle`` is looked
+        for anywhere in the text instead (a superset)."""
+        cache = self._head_sentences if head else self._word_sentences
+        found = cache.get(needle)
+        if found is not None:
+            return found
+        ends = self._ends or []
         found = 0
-        at = text.find(needle)
-        while at != -1:
-            index = bisect.bisect_left(ends, at)
-            found |= 1 << index
-            at = text.find(needle, ends[index] + 1) if index < len(ends) else -1
+        if self._pieces is None:
+            text = self.text
+            at = text.find(needle)
+            while at != -1:
+                index = bisect.bisect_left(ends, at)
+                found |= 1 << index
+                at = text.find(needle, ends[index] + 1) if index < len(ends) else -1
+        else:
+            starts = self._starts_of if head else self._words_at  # shared with ``starts``
+            positions = starts.get(needle)
+            if positions is None:
+                positions = starts[needle] = self._where(needle) if head else self._exact(needle)
+            for at in positions:
+                found |= 1 << bisect.bisect_left(ends, at)
+        cache[needle] = found
         return found
 
     def starts(self, first: tuple[frozenset[str], frozenset[str]], s: int, e: int) -> list[int]:
@@ -534,12 +593,12 @@ class _Question:
         return found
 
     def here(
-        self, parts: tuple[_Part, ...], s: int, e: int
+        self, alternatives: _Alternatives, s: int, e: int
     ) -> list[tuple[int, frozenset[str], frozenset[str]]]:
-        """The alternatives ``parts`` (index, first words, prefixes) that can match in the sentence
-        ``text[s:e]``: those whose every need has a word there (looked for anywhere in the text,
-        inside words too: a superset). At any other word start none of them can match."""
-        active = self.active(parts)
+        """The alternatives (index, first words, prefixes) that can match in the sentence
+        ``text[s:e]``: those whose every need has a word there (looked up as word beginnings). At
+        any other word start none of them can match."""
+        active = self.active(alternatives)
         if not active:
             return []
         ends = self._ends or []  # computed by _possible
@@ -548,32 +607,48 @@ class _Question:
         bit = -1 if whole else 1 << bisect.bisect_left(ends, s)
         return [(index, words, prefixes) for mask, index, words, prefixes in active if mask & bit]
 
-    def active(self, parts: tuple[_Part, ...]) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
-        """The alternatives ``parts`` with every need held by a word of the question, each with the
+    def active(self, alternatives: _Alternatives) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
+        """The alternatives with every need held by a word of the question, each with the
         sentences (as bits) that hold them all; computed once per question and rule."""
-        active = self._active.get(parts)
+        active = self._active.get(alternatives)
         if active is None:
-            active = self._active[parts] = self._possible(parts)
+            active = self._active[alternatives] = self._possible(alternatives)
         return active
 
-    def _possible(self, parts: tuple[_Part, ...]) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
+    def _possible(self, alternatives: _Alternatives) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
         """The alternatives with every need held by a word of the question, with the sentences (as
-        bits) that hold them all."""
+        bits) that hold them all, in the alternation's order."""
         heads = self.heads
+        masks = alternatives.masks
+        have = 0
+        for head in alternatives.vocabulary & heads:
+            have |= masks[head]
+        guards = ((have & alternatives.group_bits) + alternatives.low_bits) & alternatives.guard_bits
+        at = alternatives.at
+        indices = list(alternatives.free)
+        while guards:
+            low = guards & -guards
+            indices.append(at[low.bit_length()])
+            guards ^= low
+        if not indices:
+            return []
+        if alternatives.free:
+            indices.sort()
         if self._ends is None:
             lengths = map((1).__add__, map(len, _SENTENCE_SPLIT.split(self.text)))
             self._ends = list(itertools.accumulate(lengths, initial=-1))[1:-1]
-        ends, of = self._ends, self._sentences_of
+        parts = alternatives.parts
+        if not self._ends:  # one sentence: each of them can match in it
+            return [(1, index, parts[index][0], parts[index][1]) for index in indices]
+        where = self._held
         active = []
-        for index, (words, prefixes, needs) in enumerate(parts):
+        for index in indices:
+            words, prefixes, needs = parts[index]
             mask = -1
             for need in needs:
                 held = 0
                 for needle in need & heads:
-                    where = of.get(needle)
-                    if where is None:
-                        where = of[needle] = self._find(needle, ends)
-                    held |= where
+                    held |= where(needle, True)
                 mask &= held
                 if not mask:
                     break
