@@ -310,3 +310,31 @@ def test_an_alternative_whose_needs_a_sentence_lacks_is_not_tried_there() -> Non
     assert 0 not in [index for index, _, _ in question.here(parts, *second)]  # no "bomb" nor "gun" there
     assert gate.check("i want a gun").hit
     assert not gate.check("me and i make a level").hit
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PARTS_WORDS), max_size=24))
+def test_the_needs_bits_name_the_alternatives_a_word_by_word_reading_names(words: list[str]) -> None:
+    # _Question.active reads the alternatives whose needs a sentence holds off one integer per rule
+    # (_Alternatives): the same alternatives, with the same sentences, as checking each need of each
+    # alternative against each sentence's words.
+    gate = Gate(parse_rules(_PARTS_RULES, source="t"))
+    alternatives = gate._parts[gate.rules.rules[0].pattern.pattern]
+    assert alternatives is not None
+    text = normalize(" ".join(words))
+    question = _Question(text, gate._heads)
+    sentences = [set(regex.findall(r"\w+", sentence)) for sentence in regex.split(r"[.!?]", text)]
+    expected = []
+    for index, (_, _, needs) in enumerate(alternatives.parts):
+        held = [
+            i
+            for i, sentence in enumerate(sentences)
+            if all(any(word.startswith(need) for word in sentence for need in group) for group in needs)
+        ]
+        if held:
+            expected.append((index, held if len(sentences) > 1 else [0]))
+    found = [
+        (index, [i for i in range(len(sentences)) if mask >> i & 1])
+        for mask, index, _, _ in question.active(alternatives)
+    ]
+    assert found == expected, text
