@@ -35,12 +35,15 @@ def test_the_training_sets_are_there_in_both_languages() -> None:
         "gate-train-16.jsonl",
         "gate-train-17.jsonl",
         "gate-train-18.jsonl",
+        "gate-train-19.jsonl",
+        "gate-train-20.jsonl",
         "gate-train-en.jsonl",
         "gate-train-fr.jsonl",
     ]
     langs = Counter(str(row["lang"]) for path in TRAINING_FILES for row in rows_of(path))
-    # train-14 and train-17 are English, train-15 and train-18 French, train-16 half of each
-    assert langs == {"en": 938 + 390 + 780 + 390 + 780, "fr": 938 + 390 + 780 + 390 + 780}
+    # train-14, train-17 and train-19 are English, train-15, train-18 and train-20 French, train-16
+    # half of each
+    assert langs == {"en": 938 + 390 + 780 + 390 + 780 + 715, "fr": 938 + 390 + 780 + 390 + 780 + 715}
 
 
 @pytest.mark.parametrize("path", TRAINING_FILES, ids=lambda p: p.name)
