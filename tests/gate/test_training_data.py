@@ -85,9 +85,10 @@ def test_training_rows_hold_every_file_once_with_its_labels() -> None:
     # those were untuned measures, trained on again since they became training data (eighth session)
     for name in ("gate-train-14.jsonl", "gate-train-15.jsonl", "gate-train-16.jsonl", "gate-train-17.jsonl"):
         assert sources[name] == 780, name
-    assert sources["gate-train-18.jsonl"] == 780
-    for name in ("gate-train-19.jsonl", "gate-train-20.jsonl"):
-        assert sources[name] == 715, name
+    # two lines of set 18 are word for word in the eighth session's blind sets 18-21 (untuned): left out
+    assert sources["gate-train-18.jsonl"] == 778
+    assert sources["gate-train-19.jsonl"] == 715
+    assert sources["gate-train-20.jsonl"] == 711  # four lines recur word for word in blind 18-21
     assert sources["exemplars.jsonl"] > 0
     en = [row for row in rows if row.source == "gate-train-en.jsonl"]
     assert sum(row.harmful for row in en) == 468
