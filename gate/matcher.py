@@ -210,14 +210,7 @@ class Gate:
         question.trigger_heads = question.heads & self._trigger_prefixes
         for head in question.trigger_heads:
             have |= masks[head]
-        guards = ((have & self._group_bits) + self._low_bits) & self._guard_bits
-        tried = []
-        rule_at = self._rule_at
-        while guards:
-            low = guards & -guards
-            tried.append(rule_at[low.bit_length()])
-            guards ^= low
-        return tried
+        return _complete(have, self._group_bits, self._low_bits, self._guard_bits, self._rule_at)
 
     def lexical_score(self, text: str) -> float | None:
         """The lexical head's logit for ``text`` (None without a head), rules aside: what the
@@ -325,6 +318,19 @@ def _first_words(pattern: str, starts: frozenset[str]) -> tuple[frozenset[str], 
 _Part = tuple[frozenset[str], frozenset[str], tuple[frozenset[str], ...]]
 """An alternative of a rule's pattern: its first words (whole), their prefixes, and the sets of word
 beginnings every match of it holds a word of (at most two, the most selective first)."""
+
+
+def _complete(have: int, group_bits: int, low_bits: int, guard_bits: int, at: dict[int, int]) -> list[int]:
+    """The blocks whose every group bit is set in ``have``, in order (``at``: a guard bit's
+    ``bit_length()`` -> its block's index). Adding the lowest bit of every block carries into a block's
+    guard exactly when all its group bits are set (``Gate._tried``, ``_Alternatives``)."""
+    guards = ((have & group_bits) + low_bits) & guard_bits
+    found = []
+    while guards:
+        low = guards & -guards
+        found.append(at[low.bit_length()])
+        guards ^= low
+    return found
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -514,10 +520,7 @@ class _Question:
         every other group: a pattern never crosses ``.``, ``!`` or ``?`` and contains a word of each
         trigger group, so only those sentences can match. (A needle is looked for anywhere in the
         text, inside words too: a superset, as before.)"""
-        ends = self._ends
-        if ends is None:
-            lengths = map((1).__add__, map(len, _SENTENCE_SPLIT.split(self.text)))
-            ends = self._ends = list(itertools.accumulate(lengths, initial=-1))[1:-1]
+        ends = self._sentence_ends()
         if not ends:
             return [(0, len(self.text))]
         words, heads, where = self.trigger_words, self.trigger_heads, self._held
@@ -539,6 +542,13 @@ class _Question:
             spans.append((ends[i - 1] + 1 if i else 0, ends[i] if i < len(ends) else size))
             found ^= low
         return spans
+
+    def _sentence_ends(self) -> list[int]:
+        """Where the question's sentences end (each ``.``, ``!`` or ``?``), computed once."""
+        if self._ends is None:
+            lengths = map((1).__add__, map(len, _SENTENCE_SPLIT.split(self.text)))
+            self._ends = list(itertools.accumulate(lengths, initial=-1))[1:-1]
+        return self._ends
 
     def _held(self, needle: str, head: bool) -> int:
         """The sentences that hold the word ``needle`` (``head``: a word beginning with it), as bits
@@ -623,22 +633,16 @@ class _Question:
         have = 0
         for head in alternatives.vocabulary & heads:
             have |= masks[head]
-        guards = ((have & alternatives.group_bits) + alternatives.low_bits) & alternatives.guard_bits
-        at = alternatives.at
         indices = list(alternatives.free)
-        while guards:
-            low = guards & -guards
-            indices.append(at[low.bit_length()])
-            guards ^= low
+        indices += _complete(
+            have, alternatives.group_bits, alternatives.low_bits, alternatives.guard_bits, alternatives.at
+        )
         if not indices:
             return []
         if alternatives.free:
             indices.sort()
-        if self._ends is None:
-            lengths = map((1).__add__, map(len, _SENTENCE_SPLIT.split(self.text)))
-            self._ends = list(itertools.accumulate(lengths, initial=-1))[1:-1]
         parts = alternatives.parts
-        if not self._ends:  # one sentence: each of them can match in it
+        if not self._sentence_ends():  # one sentence: each of them can match in it
             return [(1, index, parts[index][0], parts[index][1]) for index in indices]
         where = self._held
         active = []
