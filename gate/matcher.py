@@ -38,7 +38,7 @@ from gate.language import language_of
 from gate.lexical import LexicalDecision, LexicalHead
 from gate.literals import first_words, word_needs
 from gate.normalize import normalize
-from gate.rules import PREFIX_HEAD, Rule, RuleSet, TriggerGroup, load_rules
+from gate.rules import FRAME_TURN_CHARS, PREFIX_HEAD, Rule, RuleSet, TriggerGroup, load_rules
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class Gate:
         self, rule: Rule, question: _Question, spans: list[tuple[int, int]], timed_out: list[str]
     ) -> bool:
         text = question.text
-        if rule.exception is None:
+        if rule.exception is None and not rule.frames:
             try:
                 return any(next(self._matches(rule, question, s, e), None) is not None for s, e in spans)
             except TimeoutError:
@@ -284,8 +284,9 @@ class Gate:
 
     def _excused(self, rule: Rule, text: str, start: int, end: int, s: int, e: int) -> bool:
         """Whether an exception matches in the clause of the match ``text[start:end]`` (inside the
-        sentence ``text[s:e]``), within ``rule.exception_window`` characters of it."""
-        if rule.exception is None:
+        sentence ``text[s:e]``), within ``rule.exception_window`` characters of it: one of the rule's
+        own, or one of its benign frames not followed by the frame's turn (see ``gate.rules.Frame``)."""
+        if rule.exception is None and not rule.frames:
             return False
         window = rule.exception_window
         low, high = max(s, start - window), min(e, end + window)
@@ -296,7 +297,19 @@ class Gate:
                 elif brk.start() >= end:
                     high = brk.start()
                     break
-        return rule.exception.search(text[low:high], timeout=self.timeout_s) is not None
+        clause = text[low:high]
+        if rule.exception is not None and rule.exception.search(clause, timeout=self.timeout_s):
+            return True
+        for frame in rule.frames:
+            found = frame.pattern.search(clause, timeout=self.timeout_s)
+            if found is None:
+                continue
+            if frame.turn is None:
+                return True
+            after = low + found.end()
+            if frame.turn.search(text, after, after + FRAME_TURN_CHARS, timeout=self.timeout_s) is None:
+                return True
+        return False
 
 
 @functools.lru_cache(maxsize=4096)

@@ -69,7 +69,12 @@ _RULE_KEYS = frozenset(
         "strict",
     }
 )
-_TOP_KEYS = frozenset({"version", "terms", "words", "replies", "rules", "strict_categories", "lexicons"})
+_TOP_KEYS = frozenset(
+    {"version", "terms", "words", "replies", "rules", "strict_categories", "lexicons", "frames"}
+)
+_FRAME_KEYS = frozenset({"id", "description", "categories", "patterns", "unless"})
+FRAME_TURN_CHARS = 200
+"""How far after a frame's match its ``unless`` patterns are looked for (across sentence ends)."""
 DEFAULT_EXCEPTION_WINDOW = 60
 """Characters either side of a pattern match (inside its clause) where an exception may excuse it."""
 DEFAULT_NEAR_WORDS = 8
@@ -98,6 +103,20 @@ class TriggerGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class Frame:
+    """A benign frame shared by the rules of some categories (``[[frames]]``): it excuses a match of
+    every non-strict rule of those categories, scoped like the rule's own exceptions (the clause of
+    the match, within its ``exception_window``). A frame followed in the question (within
+    ``FRAME_TURN_CHARS``, across sentence ends) by its ``turn``, the asker turning to a request of
+    their own ("... so I can", "help me write"), excuses nothing."""
+
+    id: str
+    categories: frozenset[str]
+    pattern: regex.Pattern[str]
+    turn: regex.Pattern[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     """One validated rule: a hit when ``pattern`` matches and ``exception`` (if any) does not match
     in the clause of that match, within ``exception_window`` characters of it.
@@ -122,6 +141,7 @@ class Rule:
     exception_window: int = DEFAULT_EXCEPTION_WINDOW
     starts: frozenset[str] | None = None
     parts: tuple[str, ...] = ()
+    frames: tuple[Frame, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,13 +216,14 @@ def parse_rules(text: str, *, source: str, read: Callable[[str], str] | None = N
         isinstance(c, str) and c in replies for c in strict_categories
     ):
         raise RulesError(source, "'strict_categories' must list categories that have a reply")
+    frames = _frames(data.get("frames", []), terms, replies, source)
     raw_rules = data.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
         raise RulesError(source, "no [[rules]] defined")
     rules: list[Rule] = []
     seen: set[str] = set()
     for index, raw in enumerate(raw_rules):
-        rule = _rule(raw, index, terms, words, replies, source)
+        rule = _rule(raw, index, terms, words, replies, source, frames)
         if rule.category in strict_categories and not rule.strict:
             raise RulesError(
                 source, f"category {rule.category!r} is strict: its rules need 'strict = true'", rule.id
@@ -212,6 +233,42 @@ def parse_rules(text: str, *, source: str, read: Callable[[str], str] | None = N
         seen.add(rule.id)
         rules.append(rule)
     return RuleSet(source=source, rules=tuple(rules), replies=replies)
+
+
+def _frames(raw: object, terms: dict[str, str], replies: dict[str, Reply], source: str) -> list[Frame]:
+    if not isinstance(raw, list):
+        raise RulesError(source, "'frames' must be a list of [[frames]] tables")
+    frames: list[Frame] = []
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise RulesError(source, f"frames[{index}] is not a table")
+        frame_id = entry.get("id")
+        if not isinstance(frame_id, str) or not _ID.fullmatch(frame_id):
+            raise RulesError(source, f"frames[{index}]: 'id' must match {_ID.pattern}, got {frame_id!r}")
+        where = f"frame {frame_id}"
+        unknown = set(entry) - _FRAME_KEYS
+        if unknown:
+            raise RulesError(source, f"{where}: unknown keys {sorted(unknown)}")
+        if any(f.id == frame_id for f in frames):
+            raise RulesError(source, f"{where}: duplicate frame id")
+        categories = entry.get("categories")
+        if not isinstance(categories, list) or not categories or not all(c in replies for c in categories):
+            raise RulesError(source, f"{where}: 'categories' must list categories that have a reply")
+        if not isinstance(entry.get("description", ""), str):
+            raise RulesError(source, f"{where}: description must be a string")
+        patterns = _pattern_list(entry.get("patterns"), "patterns", terms, source, where)
+        if not patterns:
+            raise RulesError(source, f"{where}: a frame needs 'patterns'")
+        unless = _pattern_list(entry.get("unless", []), "unless", terms, source, where)
+        frames.append(
+            Frame(
+                frame_id,
+                frozenset(categories),
+                _join(patterns, source, where, "patterns"),
+                _join(unless, source, where, "unless") if unless else None,
+            )
+        )
+    return frames
 
 
 def _terms(raw: object, source: str, lexicons: dict[str, str]) -> dict[str, str]:
@@ -315,6 +372,7 @@ def _rule(
     words: dict[str, list[str]],
     replies: dict[str, Reply],
     source: str,
+    frames: list[Frame],
 ) -> Rule:
     if not isinstance(raw, dict):
         raise RulesError(source, f"rules[{index}] is not a table")
@@ -362,6 +420,7 @@ def _rule(
         exception_window=window,
         starts=match_starts(pattern),
         parts=tuple(patterns),
+        frames=() if strict else tuple(f for f in frames if category in f.categories),
     )
 
 

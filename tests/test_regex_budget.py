@@ -190,6 +190,10 @@ def _rule_patterns() -> Iterator[tuple[str, regex.Pattern[str]]]:
         yield f"{rule.id} pattern", rule.pattern
         if rule.exception is not None:
             yield f"{rule.id} exception", rule.exception
+    for frame in {f.id: f for rule in _GATE.rules.rules for f in rule.frames}.values():
+        yield f"frame {frame.id}", frame.pattern
+        if frame.turn is not None:
+            yield f"frame {frame.id} turn", frame.turn
 
 
 @pytest.mark.parametrize(("name", "pattern"), list(_rule_patterns()), ids=[n for n, _ in _rule_patterns()])
