@@ -37,13 +37,17 @@ def test_the_training_sets_are_there_in_both_languages() -> None:
         "gate-train-18.jsonl",
         "gate-train-19.jsonl",
         "gate-train-20.jsonl",
+        "gate-train-21.jsonl",
         "gate-train-en.jsonl",
         "gate-train-fr.jsonl",
     ]
     langs = Counter(str(row["lang"]) for path in TRAINING_FILES for row in rows_of(path))
     # train-14, train-17 and train-19 are English, train-15, train-18 and train-20 French, train-16
-    # half of each
-    assert langs == {"en": 938 + 390 + 780 + 390 + 780 + 715, "fr": 938 + 390 + 780 + 390 + 780 + 715}
+    # half of each; train-21 (the red team of the benign frames) too
+    assert langs == {
+        "en": 938 + 390 + 780 + 390 + 780 + 715 + 100,
+        "fr": 938 + 390 + 780 + 390 + 780 + 715 + 100,
+    }
 
 
 @pytest.mark.parametrize("path", TRAINING_FILES, ids=lambda p: p.name)
@@ -85,10 +89,12 @@ def test_training_rows_hold_every_file_once_with_its_labels() -> None:
     # those were untuned measures, trained on again since they became training data (eighth session)
     for name in ("gate-train-14.jsonl", "gate-train-15.jsonl", "gate-train-16.jsonl", "gate-train-17.jsonl"):
         assert sources[name] == 780, name
-    # two lines of set 18 are word for word in the eighth session's blind sets 18-21 (untuned): left out
-    assert sources["gate-train-18.jsonl"] == 778
+    # the lines of sets 18 and 20 that recur word for word in blind 18-21, left out while those were
+    # untuned measures, are trained on again since they became training data (ninth session)
+    assert sources["gate-train-18.jsonl"] == 780
     assert sources["gate-train-19.jsonl"] == 715
-    assert sources["gate-train-20.jsonl"] == 711  # four lines recur word for word in blind 18-21
+    assert sources["gate-train-20.jsonl"] == 715
+    assert sources["gate-train-21.jsonl"] == 200
     assert sources["exemplars.jsonl"] > 0
     en = [row for row in rows if row.source == "gate-train-en.jsonl"]
     assert sum(row.harmful for row in en) == 468
