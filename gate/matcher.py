@@ -38,6 +38,7 @@ from gate.language import language_of
 from gate.lexical import LexicalDecision, LexicalHead
 from gate.literals import first_words, word_needs
 from gate.normalize import normalize
+from gate.normalize import same_words as _same_words
 from gate.rules import PREFIX_HEAD, Rule, RuleSet, TriggerGroup, load_rules
 
 log = logging.getLogger(__name__)
@@ -434,27 +435,6 @@ class _Heads:
             if found:
                 heads |= found
         return heads
-
-
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
-_RE_WORD = re.compile(r"\w")
-_REGEX_WORD = regex.compile(r"\w")
-_AGREE: dict[str, bool] = {}
-_AGREE_LIMIT = 20_000
-
-
-def _same_words(text: str) -> bool:
-    """Whether ``re`` and ``regex`` read the same words in ``text``: each of its non-ASCII characters
-    is a word character for both engines or for neither (cached per character, bounded)."""
-    for char in set(_NON_ASCII.findall(text)):
-        same = _AGREE.get(char)
-        if same is None:
-            same = (_RE_WORD.match(char) is None) == (_REGEX_WORD.match(char) is None)
-            if len(_AGREE) < _AGREE_LIMIT:
-                _AGREE[char] = same
-        if not same:
-            return False
-    return True
 
 
 class _Question:

@@ -30,6 +30,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import regex
+
 # Hot-path regexes use the stdlib engine (faster on these simple patterns); rules use ``regex``.
 _C = r"[\w@$€|!]"
 # Single characters split by one repeated separator: three or more with spaces ("b o m b"), two or
@@ -109,8 +111,16 @@ _SEPARATORS = re.compile(r"[ ._*\-]")
 # start on the symbol (a rare character the engine can skip to) and look back for the letter.
 _LEET_CORE = re.compile(r"[0-9@$€|!](?:(?<=[a-z].)[0-9@$€|!]*[a-z]|(?<=[@$€])(?<![\w@$€|!].)[a-z])")
 _LEET_TOKEN = re.compile(r"[\w@$€|!]*[\w@$€]")
-_TOKEN_CHAR = re.compile(r"[\w@$€|!]")
+# A word's characters, matched on the reversed text from a leet core back to the word's start.
+_TOKEN_RUN = re.compile(r"[\w@$€|!]*+")
 _EDGE_LEET = re.compile(r"\b(?=[a-z]*[0-9])(?=[0-9]*[a-z])[a-z0-9]+\b")
+# The same words from their first digit on (what translating changes: leet maps no letter), a
+# match starting on a digit (a rarer character the engine skips to) and looking back over its letters
+# for the word's start; ``regex`` for the look-behind of any width. Its ``\w`` is ``re``'s where the
+# two engines agree on every non-ASCII character of the text (``same_words``), the only texts it runs on.
+_EDGE_LEET_DIGITS = regex.compile(
+    r"[0-9](?<=(?<!\w)[a-z]*+[0-9])(?:(?<=[a-z][0-9])[a-z0-9]*+|[0-9]*+[a-z][a-z0-9]*+)(?!\w)"
+)
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 # After folding, letters are ASCII but for scripts with no Latin look-alike (left as they are).
 # A letter the same letter follows: deleting each leaves one of every run. The replacement is a plain
@@ -254,12 +264,15 @@ def _unleet(text: str) -> str:
     """Map leet symbols in every word that holds a leet core (see ``_LEET_CORE``)."""
     parts: list[str] = []
     done = 0
+    size = len(text)
+    backwards = ""
     for core in _LEET_CORE.finditer(text):
         if core.start() < done:
             continue
-        start = core.start()
-        while start > done and _TOKEN_CHAR.match(text, start - 1):
-            start -= 1
+        # Back to the word's start (not before ``done``): the word's characters before the core, read
+        # on the reversed text (one anchored match instead of a step per character).
+        backwards = backwards or text[::-1]
+        start = size - _TOKEN_RUN.match(backwards, size - core.start(), size - done).end()
         # The word runs on to its last letter, digit or symbol (never None: the core is a word part).
         end = (_LEET_TOKEN.match(text, start) or core).end()
         parts.append(text[done:start])
@@ -270,7 +283,35 @@ def _unleet(text: str) -> str:
         return "".join(parts)
     # A question written in leet (two leet words at least): a digit at either end of a word that
     # also holds a letter is a letter too ("h0w t0", "0n", "4nd", "1d"). Numbers stay.
-    return _EDGE_LEET.sub(lambda m: m.group().translate(_LEET), "".join(parts))
+    text = "".join(parts)
+    if text.isascii() or same_words(text):
+        return _EDGE_LEET_DIGITS.sub(_leet_word, text)
+    return _EDGE_LEET.sub(_leet_word, text)
+
+
+def _leet_word(match: re.Match[str] | regex.Match[str]) -> str:
+    return match.group().translate(_LEET)
+
+
+_NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
+_RE_WORD = re.compile(r"\w")
+_REGEX_WORD = regex.compile(r"\w")
+_AGREE: dict[str, bool] = {}
+_AGREE_LIMIT = 20_000
+
+
+def same_words(text: str) -> bool:
+    """Whether ``re`` and ``regex`` read the same words in ``text``: each of its non-ASCII characters
+    is a word character for both engines or for neither (cached per character, bounded)."""
+    for char in set(_NON_ASCII_CHAR.findall(text)):
+        same = _AGREE.get(char)
+        if same is None:
+            same = (_RE_WORD.match(char) is None) == (_REGEX_WORD.match(char) is None)
+            if len(_AGREE) < _AGREE_LIMIT:
+                _AGREE[char] = same
+        if not same:
+            return False
+    return True
 
 
 def normalize(text: str) -> str:
