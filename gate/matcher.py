@@ -28,7 +28,7 @@ import functools
 import itertools
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,6 +143,7 @@ class Gate:
                 vocabulary.update(prefixes)
                 vocabulary.update(b for need in needs for b in need)
         self._heads = _Heads(frozenset(vocabulary))
+        self._heads.needs = _NeedBits(a for a in self._parts.values() if a is not None)
 
     @classmethod
     def load(
@@ -414,13 +415,15 @@ class _Heads:
     words, then computed): a question's heads cost a look-up per distinct word, most of which the
     forum's vocabulary has seen before, instead of a slice per word and length."""
 
-    __slots__ = ("_cuts", "_known", "limit", "vocabulary")
+    __slots__ = ("_cuts", "_known", "limit", "needs", "vocabulary")
 
     def __init__(self, vocabulary: frozenset[str], limit: int = _HEADS_LIMIT) -> None:
         self.vocabulary = vocabulary
         self.limit = limit
         self._cuts = tuple(sorted({len(v) for v in vocabulary}))
         self._known: dict[str, frozenset[str]] = {}
+        # Every rule's alternatives' need bits side by side (set by the gate; see _NeedBits).
+        self.needs: _NeedBits | None = None
 
     def of(self, words: set[str]) -> set[str]:
         """The beginnings in ``vocabulary`` of the words of ``words``."""
@@ -435,6 +438,29 @@ class _Heads:
             if found:
                 heads |= found
         return heads
+
+
+class _NeedBits:
+    """The need bits of every rule's alternatives (``_Alternatives.masks``) side by side in one
+    integer space, each rule's block at its own offset: a word beginning -> its bits in every block.
+    A question ORs the masks of its beginnings once (``_Question.possible``); a rule's ``have`` is
+    then that integer shifted down to its block (the bits above are masked off by ``_complete``),
+    the same bits as the OR of its own masks over the beginnings it shares with the question."""
+
+    __slots__ = ("masks", "offsets", "vocabulary")
+
+    def __init__(self, alternatives: Iterable[_Alternatives]) -> None:
+        self.offsets: dict[_Alternatives, int] = {}
+        self.masks: dict[str, int] = {}
+        offset = 0
+        for block in alternatives:
+            if block in self.offsets:
+                continue
+            self.offsets[block] = offset
+            for head, mask in block.masks.items():
+                self.masks[head] = self.masks.get(head, 0) | mask << offset
+            offset += block.guard_bits.bit_length()
+        self.vocabulary = frozenset(self.masks)
 
 
 class _Question:
@@ -456,6 +482,7 @@ class _Question:
     __slots__ = (
         "_active",
         "_ends",
+        "_have",
         "_head_sentences",
         "_heads",
         "_index",
@@ -487,6 +514,7 @@ class _Question:
         self._words_at: dict[str, list[int]] = {}
         self._active: dict[_Alternatives, list[tuple[int, int, frozenset[str], frozenset[str]]]] = {}
         self._ends: list[int] | None = None
+        self._have: int | None = None
         self._word_sentences: dict[str, int] = {}
         self._head_sentences: dict[str, int] = {}
         self._index: tuple[list[str], list[int]] | None = None
@@ -609,10 +637,20 @@ class _Question:
         """The alternatives with every need held by a word of the question, with the sentences (as
         bits) that hold them all, in the alternation's order."""
         heads = self.heads
-        masks = alternatives.masks
-        have = 0
-        for head in alternatives.vocabulary & heads:
-            have |= masks[head]
+        table = self._heads.needs
+        offset = None if table is None else table.offsets.get(alternatives)
+        if table is not None and offset is not None:
+            if self._have is None:  # every rule's need bits the question holds, at once
+                self._have = 0
+                masks = table.masks
+                for head in table.vocabulary & heads:
+                    self._have |= masks[head]
+            have = self._have >> offset
+        else:
+            masks = alternatives.masks
+            have = 0
+            for head in alternatives.vocabulary & heads:
+                have |= masks[head]
         indices = list(alternatives.free)
         indices += _complete(
             have, alternatives.group_bits, alternatives.low_bits, alternatives.guard_bits, alternatives.at

@@ -272,7 +272,8 @@ def _unleet(text: str) -> str:
         # Back to the word's start (not before ``done``): the word's characters before the core, read
         # on the reversed text (one anchored match instead of a step per character).
         backwards = backwards or text[::-1]
-        start = size - _TOKEN_RUN.match(backwards, size - core.start(), size - done).end()
+        run = _TOKEN_RUN.match(backwards, size - core.start(), size - done)
+        start = core.start() if run is None else size - run.end()  # never None: the run may be empty
         # The word runs on to its last letter, digit or symbol (never None: the core is a word part).
         end = (_LEET_TOKEN.match(text, start) or core).end()
         parts.append(text[done:start])
