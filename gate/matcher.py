@@ -130,9 +130,13 @@ class Gate:
         self._parts: dict[str, _Alternatives | None] = {
             rule.pattern.pattern: _parts(rule.parts) for rule in rules.rules if rule.starts is not None
         }
-        for rule in rules.rules:
-            if self._parts.get(rule.pattern.pattern) is not None:
-                _compiled(rule.parts)
+        # Each such rule's alternatives compiled alone, by pattern (a look-up of the pattern's string,
+        # whose hash is kept, where the cache would hash the tuple of alternatives on every call).
+        self._alone: dict[str, tuple[regex.Pattern[str], ...]] = {
+            rule.pattern.pattern: _compiled(rule.parts)
+            for rule in rules.rules
+            if self._parts.get(rule.pattern.pattern) is not None
+        }
         # The word beginnings a question needs: those of the prefix triggers, of the rules' first
         # words and of their alternatives' needs, each word's looked up once and remembered across
         # questions (_Heads).
@@ -269,7 +273,7 @@ class Gate:
             return
         # Each alternative alone, at its own first words, in the alternation's order: at one
         # position the joined pattern matches as its first alternative that matches there.
-        alone = _compiled(rule.parts)
+        alone = self._alone[rule.pattern.pattern]
         tried: dict[int, list[int]] = {}
         for index, words, prefixes in question.here(parts, s, e):
             for start in question.starts((words, prefixes), s, e):
