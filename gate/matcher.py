@@ -430,18 +430,19 @@ class _Heads:
         self.needs: _NeedBits | None = None
 
     def of(self, words: set[str]) -> set[str]:
-        """The beginnings in ``vocabulary`` of the words of ``words``."""
-        heads: set[str] = set()
+        """The beginnings in ``vocabulary`` of the words of ``words``: the known words' looked up
+        in one C-level pass (``map``), the others computed (and remembered)."""
         known = self._known
-        for word in words:
-            found = known.get(word)
-            if found is None:
-                found = frozenset(word[:n] for n in self._cuts if word[:n] in self.vocabulary) or _NO_HEADS
-                if len(known) < self.limit:
-                    known[word] = found
-            if found:
-                heads |= found
-        return heads
+        found: list[frozenset[str] | None] = list(map(known.get, words))
+        if None in found:
+            found = [self._compute(w) if f is None else f for w, f in zip(words, found, strict=True)]
+        return set().union(*found)  # type: ignore[arg-type]  # no None left
+
+    def _compute(self, word: str) -> frozenset[str]:
+        found = frozenset(word[:n] for n in self._cuts if word[:n] in self.vocabulary) or _NO_HEADS
+        if len(self._known) < self.limit:
+            self._known[word] = found
+        return found
 
 
 class _NeedBits:
