@@ -199,12 +199,28 @@ def fold(text: str) -> str:
     """Steps 1-4: NFKC, format characters removed, case and accents folded, spaces collapsed."""
     text = unicodedata.normalize("NFKC", text)
     if not text.isascii():
-        # Only the non-ASCII runs go through the (Python-level) table; lower() does the rest.
-        text = _NON_ASCII.sub(lambda m: m.group().translate(_FOLD), text)
+        text = _fold_non_ascii(text)
     text = text.lower()
     if "  " in text:
         text = _WIDE_SPELLED.sub(_wide_words, text)
     return " ".join(text.split())
+
+
+def _fold_non_ascii(text: str) -> str:
+    """The non-ASCII characters through the (Python-level) table; lower() does the rest. Each
+    distinct character that folds to something else is replaced throughout (``str.replace``, one
+    C-level pass per character, where a post holds few distinct ones), unless what one folds to holds
+    another of them (replacing in turn would then fold it twice): then the runs are translated."""
+    changed: dict[str, str] = {}
+    for char in set(_NON_ASCII_CHAR.findall(text)):
+        folded = _FOLD[ord(char)]
+        if folded != char:
+            changed[char] = folded
+    if any(not f.isascii() and not changed.keys().isdisjoint(f) for f in changed.values()):
+        return _NON_ASCII.sub(lambda m: m.group().translate(_FOLD), text)
+    for char, folded in changed.items():
+        text = text.replace(char, folded)
+    return text
 
 
 def _wide_words(match: re.Match[str]) -> str:
