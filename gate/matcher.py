@@ -401,6 +401,9 @@ def _compiled(parts: tuple[str, ...]) -> tuple[regex.Pattern[str], ...]:
 
 _SPLIT_WORDS = re.compile(r"(\w+)")
 """Words and what lies between them, for ASCII text (the same words as ``_REGEX_SPLIT_WORDS`` there)."""
+_ASCII_GAPS = {c: chr(c) if re.fullmatch(r"\w", chr(c)) else " " for c in range(128)}
+"""Every ASCII character to itself in a word (``\\w``: letters, digits, ``_``), else to a space: the
+words of ASCII text are then the non-empty pieces of its split on single spaces."""
 _REGEX_SPLIT_WORDS = regex.compile(r"(\w+)")
 """Words as the rules' engine reads them: a word start here is exactly where ``\\b`` then a letter
 holds in a pattern."""
@@ -487,6 +490,7 @@ class _Question:
     __slots__ = (
         "_active",
         "_ends",
+        "_gaps",
         "_have",
         "_head_sentences",
         "_heads",
@@ -507,8 +511,15 @@ class _Question:
     def __init__(self, text: str, heads: _Heads) -> None:
         self.text = text
         self._heads = heads
-        if text.isascii() or _same_words(text):
-            self._pieces: list[str] | None = _SPLIT_WORDS.split(text)
+        # ASCII text: every character outside a word made a space, then split on single spaces (the
+        # pieces: its words, and empty strings between two non-word characters), all C-level.
+        self._gaps = text.isascii()
+        if self._gaps:
+            self._pieces: list[str] | None = text.translate(_ASCII_GAPS).split(" ")
+            self.words = set(self._pieces)
+            self.words.discard("")
+        elif _same_words(text):
+            self._pieces = _SPLIT_WORDS.split(text)
             self.words = set(self._pieces[1::2])
         else:
             self._pieces = None
@@ -698,12 +709,19 @@ class _Question:
 
     def _read(self) -> tuple[list[str], list[int]]:
         """The text's words sorted, and where each starts."""
-        pieces = self._pieces if self._pieces is not None else _REGEX_SPLIT_WORDS.split(self.text)
-        words = pieces[1::2]
+        if self._gaps and self._pieces is not None:
+            # ASCII pieces split on single spaces: piece k starts where piece k - 1 ends, plus one.
+            pieces = self._pieces
+            words = list(filter(None, pieces))
+            starts = itertools.accumulate(map((1).__add__, map(len, pieces)), initial=0)
+            at = list(itertools.compress(starts, pieces))
+        else:
+            pieces = self._pieces if self._pieces is not None else _REGEX_SPLIT_WORDS.split(self.text)
+            words = pieces[1::2]
+            at = list(itertools.accumulate(map(len, pieces)))[:-1:2]  # the end of the text before a word
         if self._start_heads is None:  # the words as the rules' engine reads them, and their beginnings
             self._start_words = set(words)
             self._start_heads = self._heads.of(self._start_words)
-        at = list(itertools.accumulate(map(len, pieces)))[:-1:2]  # the end of the text before a word
         order = sorted(range(len(words)), key=words.__getitem__)
         self._index = ([words[i] for i in order], [at[i] for i in order])
         return self._index

@@ -56,8 +56,12 @@ _SPACED_PUNCT = re.compile(rf"(?<![\w@$€|]){_C}(?P<sep>[._*\-] ){_C}(?:(?P=sep
 # exactly the matches of ``_SPACED.sub``; the hint starts on a separator, which the engine skips to,
 # where ``_SPACED`` is tried at every letter. It consumes only the separator, so no hint hides
 # another. Likewise ``_SPACED_PUNCT`` needs a separator, a space, one ``_C``, a separator and a space.
+# (The separator is matched first, by one class, then told apart by a look-behind: a pattern that starts
+# with a class lets the engine skip every other character, where one that starts with an alternation
+# of a literal and a class is tried at every position.)
 _SPACED_HINT = re.compile(
-    rf"(?: (?={_C} {_C}(?![\w@$€|]))|[._*\-](?={_C}(?![^\W_]|[@$€|!])))(?<=(?<![\w@$€|!]){_C}[ ._*\-])"
+    rf"[ ._*\-](?:(?<= )(?={_C} {_C}(?![\w@$€|]))|(?<=[._*\-])(?={_C}(?![^\W_]|[@$€|!])))"
+    rf"(?<=(?<![\w@$€|!]){_C}[ ._*\-])"
 )
 _SPACED_PUNCT_HINT = re.compile(rf"[._*\-] {_C}[._*\-] ")
 _WIDE_SPELLED = re.compile(r"(?<!\S)(?<!\S )\S(?: \S(?!\S))++(?: {2,}+\S(?!\S)(?: \S(?!\S))*+)++(?!\S)")
