@@ -3,11 +3,14 @@
 The reference is the normalisation as it stood before them (commit 4e6cb35): ``_unleet`` walking back
 to a word's start character by character and ``_EDGE_LEET`` matched from each word's start. Both are
 compared on every labelled line, the 1,000 forum questions and every archive post (each cut to the
-gate's 4,000 characters), and on the hand-made texts below that reach the rarer branches.
+gate's 4,000 characters), and on the hand-made texts below that reach the rarer branches. The
+non-ASCII folding (one ``str.replace`` per character) is checked against translating the runs, and
+the gate's ASCII word split (``str.translate`` then a split on spaces) against the capturing split.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -15,16 +18,19 @@ import pytest
 from eval.bench.gate import FORUM, forum_questions
 from eval.bench.gate_compare import labelled_texts
 from eval.bench.gate_lexical import archive_texts
-from gate.matcher import DEFAULT_MAX_CHARS
+from gate.matcher import _SPLIT_WORDS, DEFAULT_MAX_CHARS, _Heads, _Question
 from gate.normalize import (
     _EDGE_LEET,
+    _FOLD,
     _LEET,
     _LEET_CORE,
     _LEET_TOKEN,
+    _NON_ASCII,
     _REPEATS,
     _SEPARATORS,
     _SPACED_PUNCT,
     _SPACED_PUNCT_HINT,
+    _fold_non_ascii,
     _join_hyphenated,
     _join_spaced,
     _unleet,
@@ -97,3 +103,35 @@ def test_normalize_matches_its_reference_on_the_archive_posts() -> None:
     texts = [text[:DEFAULT_MAX_CHARS] for text in archive_texts()[1]]
     assert len(texts) > 30_000
     assert [t[:80] for t in texts if normalize(t) != _reference(t)] == []
+
+
+_FOLD_HANDMADE = [
+    "Caf\u00e9 \u2019quoted\u2019 \u201cok\u201d \u0152uvre \u00c6 \u00df \u2014 dash",
+    # Greek accented letters fold to Greek letters that fold again to Latin look-alikes: each must be
+    # folded once, as translating the runs does.
+    "\u0386\u03b1 \u03ac\u03bf \u038c \u0390 \u03aa\u03ca",
+    "\u0415\u043e \u0391 zero\u200bwidth \u2160 \uff21\uff22 \u093e\u0928",
+]
+
+
+def _reference_fold_runs(text: str) -> str:
+    return _NON_ASCII.sub(lambda m: m.group().translate(_FOLD), text)
+
+
+@pytest.mark.parametrize("text", _FOLD_HANDMADE)
+def test_non_ascii_folding_matches_translating_the_runs(text: str) -> None:
+    assert _fold_non_ascii(text) == _reference_fold_runs(text)
+
+
+def test_ascii_words_and_starts_match_the_regex_split() -> None:
+    texts = ["", "a", "  a  b__c 12,x.y!  ", "h0w t0 m4k3 a b0mb? (yes) -- no...", "x" * 50 + ".\t\x1f" + "y"]
+    for text in texts + [normalize(t) for t in _labelled_and_forum()[:2000]]:
+        if not text.isascii():
+            continue
+        question = _Question(text, _Heads(frozenset()))
+        pieces = _SPLIT_WORDS.split(text)
+        assert question.words == set(pieces[1::2])
+        words, starts = question._read()
+        ends = list(itertools.accumulate(map(len, pieces)))  # a word starts where the text before it ends
+        expected = sorted(zip(pieces[1::2], ends[::2], strict=False))
+        assert list(zip(words, starts, strict=True)) == expected, text
