@@ -8,6 +8,8 @@ are squeezed the same way when the module loads.
 
 from __future__ import annotations
 
+import re
+
 import regex
 
 from gate.normalize import normalize
@@ -21,7 +23,8 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(_SQUEEZE.sub(r"\1", word) for word in text.split())
 
 
-_FR_ACCENTS = regex.compile(r"[éèêëàâçùûîïôœÉÈÊÀÂÇÙÛÎÔ]")
+# ``re``: a class of literal characters, the same matches as ``regex`` gives, and a faster scan.
+_FR_ACCENTS = re.compile(r"[éèêëàâçùûîïôœÉÈÊÀÂÇÙÛÎÔ]")
 _FR_WORDS = _words(
     "le la les un une des du de au aux et est sont je tu il elle nous vous ils elles mon ma mes ton ta "
     "tes son sa ses ce cette ces qui que quoi quel quelle quels quelles pourquoi ou dans pour par "

@@ -28,7 +28,7 @@ import functools
 import itertools
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from gate.language import language_of
 from gate.lexical import LexicalDecision, LexicalHead
 from gate.literals import first_words, word_needs
 from gate.normalize import normalize
+from gate.normalize import same_words as _same_words
 from gate.rules import FRAME_TURN_CHARS, PREFIX_HEAD, Rule, RuleSet, TriggerGroup, load_rules
 
 log = logging.getLogger(__name__)
@@ -129,9 +130,13 @@ class Gate:
         self._parts: dict[str, _Alternatives | None] = {
             rule.pattern.pattern: _parts(rule.parts) for rule in rules.rules if rule.starts is not None
         }
-        for rule in rules.rules:
-            if self._parts.get(rule.pattern.pattern) is not None:
-                _compiled(rule.parts)
+        # Each such rule's alternatives compiled alone, by pattern (a look-up of the pattern's string,
+        # whose hash is kept, where the cache would hash the tuple of alternatives on every call).
+        self._alone: dict[str, tuple[regex.Pattern[str], ...]] = {
+            rule.pattern.pattern: _compiled(rule.parts)
+            for rule in rules.rules
+            if self._parts.get(rule.pattern.pattern) is not None
+        }
         # The word beginnings a question needs: those of the prefix triggers, of the rules' first
         # words and of their alternatives' needs, each word's looked up once and remembered across
         # questions (_Heads).
@@ -142,6 +147,7 @@ class Gate:
                 vocabulary.update(prefixes)
                 vocabulary.update(b for need in needs for b in need)
         self._heads = _Heads(frozenset(vocabulary))
+        self._heads.needs = _NeedBits(a for a in self._parts.values() if a is not None)
 
     @classmethod
     def load(
@@ -267,7 +273,7 @@ class Gate:
             return
         # Each alternative alone, at its own first words, in the alternation's order: at one
         # position the joined pattern matches as its first alternative that matches there.
-        alone = _compiled(rule.parts)
+        alone = self._alone[rule.pattern.pattern]
         tried: dict[int, list[int]] = {}
         for index, words, prefixes in question.here(parts, s, e):
             for start in question.starts((words, prefixes), s, e):
@@ -408,6 +414,9 @@ def _compiled(parts: tuple[str, ...]) -> tuple[regex.Pattern[str], ...]:
 
 _SPLIT_WORDS = re.compile(r"(\w+)")
 """Words and what lies between them, for ASCII text (the same words as ``_REGEX_SPLIT_WORDS`` there)."""
+_ASCII_GAPS = {c: chr(c) if re.fullmatch(r"\w", chr(c)) else " " for c in range(128)}
+"""Every ASCII character to itself in a word (``\\w``: letters, digits, ``_``), else to a space: the
+words of ASCII text are then the non-empty pieces of its split on single spaces."""
 _REGEX_SPLIT_WORDS = regex.compile(r"(\w+)")
 """Words as the rules' engine reads them: a word start here is exactly where ``\\b`` then a letter
 holds in a pattern."""
@@ -426,48 +435,53 @@ class _Heads:
     words, then computed): a question's heads cost a look-up per distinct word, most of which the
     forum's vocabulary has seen before, instead of a slice per word and length."""
 
-    __slots__ = ("_cuts", "_known", "limit", "vocabulary")
+    __slots__ = ("_cuts", "_known", "limit", "needs", "vocabulary")
 
     def __init__(self, vocabulary: frozenset[str], limit: int = _HEADS_LIMIT) -> None:
         self.vocabulary = vocabulary
         self.limit = limit
         self._cuts = tuple(sorted({len(v) for v in vocabulary}))
         self._known: dict[str, frozenset[str]] = {}
+        # Every rule's alternatives' need bits side by side (set by the gate; see _NeedBits).
+        self.needs: _NeedBits | None = None
 
     def of(self, words: set[str]) -> set[str]:
-        """The beginnings in ``vocabulary`` of the words of ``words``."""
-        heads: set[str] = set()
+        """The beginnings in ``vocabulary`` of the words of ``words``: the known words' looked up
+        in one C-level pass (``map``), the others computed (and remembered)."""
         known = self._known
-        for word in words:
-            found = known.get(word)
-            if found is None:
-                found = frozenset(word[:n] for n in self._cuts if word[:n] in self.vocabulary) or _NO_HEADS
-                if len(known) < self.limit:
-                    known[word] = found
-            if found:
-                heads |= found
-        return heads
+        found: list[frozenset[str] | None] = list(map(known.get, words))
+        if None in found:
+            found = [self._compute(w) if f is None else f for w, f in zip(words, found, strict=True)]
+        return set().union(*found)  # type: ignore[arg-type]  # no None left
+
+    def _compute(self, word: str) -> frozenset[str]:
+        found = frozenset(word[:n] for n in self._cuts if word[:n] in self.vocabulary) or _NO_HEADS
+        if len(self._known) < self.limit:
+            self._known[word] = found
+        return found
 
 
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
-_RE_WORD = re.compile(r"\w")
-_REGEX_WORD = regex.compile(r"\w")
-_AGREE: dict[str, bool] = {}
-_AGREE_LIMIT = 20_000
+class _NeedBits:
+    """The need bits of every rule's alternatives (``_Alternatives.masks``) side by side in one
+    integer space, each rule's block at its own offset: a word beginning -> its bits in every block.
+    A question ORs the masks of its beginnings once (``_Question.possible``); a rule's ``have`` is
+    then that integer shifted down to its block (the bits above are masked off by ``_complete``),
+    the same bits as the OR of its own masks over the beginnings it shares with the question."""
 
+    __slots__ = ("masks", "offsets", "vocabulary")
 
-def _same_words(text: str) -> bool:
-    """Whether ``re`` and ``regex`` read the same words in ``text``: each of its non-ASCII characters
-    is a word character for both engines or for neither (cached per character, bounded)."""
-    for char in set(_NON_ASCII.findall(text)):
-        same = _AGREE.get(char)
-        if same is None:
-            same = (_RE_WORD.match(char) is None) == (_REGEX_WORD.match(char) is None)
-            if len(_AGREE) < _AGREE_LIMIT:
-                _AGREE[char] = same
-        if not same:
-            return False
-    return True
+    def __init__(self, alternatives: Iterable[_Alternatives]) -> None:
+        self.offsets: dict[_Alternatives, int] = {}
+        self.masks: dict[str, int] = {}
+        offset = 0
+        for block in alternatives:
+            if block in self.offsets:
+                continue
+            self.offsets[block] = offset
+            for head, mask in block.masks.items():
+                self.masks[head] = self.masks.get(head, 0) | mask << offset
+            offset += block.guard_bits.bit_length()
+        self.vocabulary = frozenset(self.masks)
 
 
 class _Question:
@@ -489,6 +503,8 @@ class _Question:
     __slots__ = (
         "_active",
         "_ends",
+        "_gaps",
+        "_have",
         "_head_sentences",
         "_heads",
         "_index",
@@ -508,8 +524,15 @@ class _Question:
     def __init__(self, text: str, heads: _Heads) -> None:
         self.text = text
         self._heads = heads
-        if text.isascii() or _same_words(text):
-            self._pieces: list[str] | None = _SPLIT_WORDS.split(text)
+        # ASCII text: every character outside a word made a space, then split on single spaces (the
+        # pieces: its words, and empty strings between two non-word characters), all C-level.
+        self._gaps = text.isascii()
+        if self._gaps:
+            self._pieces: list[str] | None = text.translate(_ASCII_GAPS).split(" ")
+            self.words = set(self._pieces)
+            self.words.discard("")
+        elif _same_words(text):
+            self._pieces = _SPLIT_WORDS.split(text)
             self.words = set(self._pieces[1::2])
         else:
             self._pieces = None
@@ -520,6 +543,7 @@ class _Question:
         self._words_at: dict[str, list[int]] = {}
         self._active: dict[_Alternatives, list[tuple[int, int, frozenset[str], frozenset[str]]]] = {}
         self._ends: list[int] | None = None
+        self._have: int | None = None
         self._word_sentences: dict[str, int] = {}
         self._head_sentences: dict[str, int] = {}
         self._index: tuple[list[str], list[int]] | None = None
@@ -642,10 +666,20 @@ class _Question:
         """The alternatives with every need held by a word of the question, with the sentences (as
         bits) that hold them all, in the alternation's order."""
         heads = self.heads
-        masks = alternatives.masks
-        have = 0
-        for head in alternatives.vocabulary & heads:
-            have |= masks[head]
+        table = self._heads.needs
+        offset = None if table is None else table.offsets.get(alternatives)
+        if table is not None and offset is not None:
+            if self._have is None:  # every rule's need bits the question holds, at once
+                self._have = 0
+                masks = table.masks
+                for head in table.vocabulary & heads:
+                    self._have |= masks[head]
+            have = self._have >> offset
+        else:
+            masks = alternatives.masks
+            have = 0
+            for head in alternatives.vocabulary & heads:
+                have |= masks[head]
         indices = list(alternatives.free)
         indices += _complete(
             have, alternatives.group_bits, alternatives.low_bits, alternatives.guard_bits, alternatives.at
@@ -688,12 +722,19 @@ class _Question:
 
     def _read(self) -> tuple[list[str], list[int]]:
         """The text's words sorted, and where each starts."""
-        pieces = self._pieces if self._pieces is not None else _REGEX_SPLIT_WORDS.split(self.text)
-        words = pieces[1::2]
+        if self._gaps and self._pieces is not None:
+            # ASCII pieces split on single spaces: piece k starts where piece k - 1 ends, plus one.
+            pieces = self._pieces
+            words = list(filter(None, pieces))
+            starts = itertools.accumulate(map((1).__add__, map(len, pieces)), initial=0)
+            at = list(itertools.compress(starts, pieces))
+        else:
+            pieces = self._pieces if self._pieces is not None else _REGEX_SPLIT_WORDS.split(self.text)
+            words = pieces[1::2]
+            at = list(itertools.accumulate(map(len, pieces)))[:-1:2]  # the end of the text before a word
         if self._start_heads is None:  # the words as the rules' engine reads them, and their beginnings
             self._start_words = set(words)
             self._start_heads = self._heads.of(self._start_words)
-        at = list(itertools.accumulate(map(len, pieces)))[:-1:2]  # the end of the text before a word
         order = sorted(range(len(words)), key=words.__getitem__)
         self._index = ([words[i] for i in order], [at[i] for i in order])
         return self._index

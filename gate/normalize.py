@@ -30,6 +30,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import regex
+
 # Hot-path regexes use the stdlib engine (faster on these simple patterns); rules use ``regex``.
 _C = r"[\w@$€|!]"
 # Single characters split by one repeated separator: three or more with spaces ("b o m b"), two or
@@ -54,8 +56,12 @@ _SPACED_PUNCT = re.compile(rf"(?<![\w@$€|]){_C}(?P<sep>[._*\-] ){_C}(?:(?P=sep
 # exactly the matches of ``_SPACED.sub``; the hint starts on a separator, which the engine skips to,
 # where ``_SPACED`` is tried at every letter. It consumes only the separator, so no hint hides
 # another. Likewise ``_SPACED_PUNCT`` needs a separator, a space, one ``_C``, a separator and a space.
+# (The separator is matched first, by one class, then told apart by a look-behind: a pattern that starts
+# with a class lets the engine skip every other character, where one that starts with an alternation
+# of a literal and a class is tried at every position.)
 _SPACED_HINT = re.compile(
-    rf"(?: (?={_C} {_C}(?![\w@$€|]))|[._*\-](?={_C}(?![^\W_]|[@$€|!])))(?<=(?<![\w@$€|!]){_C}[ ._*\-])"
+    rf"[ ._*\-](?:(?<= )(?={_C} {_C}(?![\w@$€|]))|(?<=[._*\-])(?={_C}(?![^\W_]|[@$€|!])))"
+    rf"(?<=(?<![\w@$€|!]){_C}[ ._*\-])"
 )
 _SPACED_PUNCT_HINT = re.compile(rf"[._*\-] {_C}[._*\-] ")
 _WIDE_SPELLED = re.compile(r"(?<!\S)(?<!\S )\S(?: \S(?!\S))++(?: {2,}+\S(?!\S)(?: \S(?!\S))*+)++(?!\S)")
@@ -109,8 +115,16 @@ _SEPARATORS = re.compile(r"[ ._*\-]")
 # start on the symbol (a rare character the engine can skip to) and look back for the letter.
 _LEET_CORE = re.compile(r"[0-9@$€|!](?:(?<=[a-z].)[0-9@$€|!]*[a-z]|(?<=[@$€])(?<![\w@$€|!].)[a-z])")
 _LEET_TOKEN = re.compile(r"[\w@$€|!]*[\w@$€]")
-_TOKEN_CHAR = re.compile(r"[\w@$€|!]")
+# A word's characters, matched on the reversed text from a leet core back to the word's start.
+_TOKEN_RUN = re.compile(r"[\w@$€|!]*+")
 _EDGE_LEET = re.compile(r"\b(?=[a-z]*[0-9])(?=[0-9]*[a-z])[a-z0-9]+\b")
+# The same words from their first digit on (what translating changes: leet maps no letter), a
+# match starting on a digit (a rarer character the engine skips to) and looking back over its letters
+# for the word's start; ``regex`` for the look-behind of any width. Its ``\w`` is ``re``'s where the
+# two engines agree on every non-ASCII character of the text (``same_words``), the only texts it runs on.
+_EDGE_LEET_DIGITS = regex.compile(
+    r"[0-9](?<=(?<!\w)[a-z]*+[0-9])(?:(?<=[a-z][0-9])[a-z0-9]*+|[0-9]*+[a-z][a-z0-9]*+)(?!\w)"
+)
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 # After folding, letters are ASCII but for scripts with no Latin look-alike (left as they are).
 # A letter the same letter follows: deleting each leaves one of every run. The replacement is a plain
@@ -189,12 +203,28 @@ def fold(text: str) -> str:
     """Steps 1-4: NFKC, format characters removed, case and accents folded, spaces collapsed."""
     text = unicodedata.normalize("NFKC", text)
     if not text.isascii():
-        # Only the non-ASCII runs go through the (Python-level) table; lower() does the rest.
-        text = _NON_ASCII.sub(lambda m: m.group().translate(_FOLD), text)
+        text = _fold_non_ascii(text)
     text = text.lower()
     if "  " in text:
         text = _WIDE_SPELLED.sub(_wide_words, text)
     return " ".join(text.split())
+
+
+def _fold_non_ascii(text: str) -> str:
+    """The non-ASCII characters through the (Python-level) table; lower() does the rest. Each
+    distinct character that folds to something else is replaced throughout (``str.replace``, one
+    C-level pass per character, where a post holds few distinct ones), unless what one folds to holds
+    another of them (replacing in turn would then fold it twice): then the runs are translated."""
+    changed: dict[str, str] = {}
+    for char in set(_NON_ASCII_CHAR.findall(text)):
+        folded = _FOLD[ord(char)]
+        if folded != char:
+            changed[char] = folded
+    if any(not f.isascii() and not changed.keys().isdisjoint(f) for f in changed.values()):
+        return _NON_ASCII.sub(lambda m: m.group().translate(_FOLD), text)
+    for char, folded in changed.items():
+        text = text.replace(char, folded)
+    return text
 
 
 def _wide_words(match: re.Match[str]) -> str:
@@ -254,12 +284,16 @@ def _unleet(text: str) -> str:
     """Map leet symbols in every word that holds a leet core (see ``_LEET_CORE``)."""
     parts: list[str] = []
     done = 0
+    size = len(text)
+    backwards = ""
     for core in _LEET_CORE.finditer(text):
         if core.start() < done:
             continue
-        start = core.start()
-        while start > done and _TOKEN_CHAR.match(text, start - 1):
-            start -= 1
+        # Back to the word's start (not before ``done``): the word's characters before the core, read
+        # on the reversed text (one anchored match instead of a step per character).
+        backwards = backwards or text[::-1]
+        run = _TOKEN_RUN.match(backwards, size - core.start(), size - done)
+        start = core.start() if run is None else size - run.end()  # never None: the run may be empty
         # The word runs on to its last letter, digit or symbol (never None: the core is a word part).
         end = (_LEET_TOKEN.match(text, start) or core).end()
         parts.append(text[done:start])
@@ -270,7 +304,35 @@ def _unleet(text: str) -> str:
         return "".join(parts)
     # A question written in leet (two leet words at least): a digit at either end of a word that
     # also holds a letter is a letter too ("h0w t0", "0n", "4nd", "1d"). Numbers stay.
-    return _EDGE_LEET.sub(lambda m: m.group().translate(_LEET), "".join(parts))
+    text = "".join(parts)
+    if text.isascii() or same_words(text):
+        return _EDGE_LEET_DIGITS.sub(_leet_word, text)
+    return _EDGE_LEET.sub(_leet_word, text)
+
+
+def _leet_word(match: re.Match[str] | regex.Match[str]) -> str:
+    return match.group().translate(_LEET)
+
+
+_NON_ASCII_CHAR = re.compile(r"[^\x00-\x7f]")
+_RE_WORD = re.compile(r"\w")
+_REGEX_WORD = regex.compile(r"\w")
+_AGREE: dict[str, bool] = {}
+_AGREE_LIMIT = 20_000
+
+
+def same_words(text: str) -> bool:
+    """Whether ``re`` and ``regex`` read the same words in ``text``: each of its non-ASCII characters
+    is a word character for both engines or for neither (cached per character, bounded)."""
+    for char in set(_NON_ASCII_CHAR.findall(text)):
+        same = _AGREE.get(char)
+        if same is None:
+            same = (_RE_WORD.match(char) is None) == (_REGEX_WORD.match(char) is None)
+            if len(_AGREE) < _AGREE_LIMIT:
+                _AGREE[char] = same
+        if not same:
+            return False
+    return True
 
 
 def normalize(text: str) -> str:

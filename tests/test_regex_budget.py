@@ -52,6 +52,7 @@ _CALLS = frozenset({"compile", "search", "match", "fullmatch", "findall", "findi
 ANCHORED: dict[str, str] = {
     "sanitizer.blocks._OPEN": "fullmatch of one line",
     "gate.normalize._LEET_TOKEN": "match at the start of a word that holds a leet core, once per word",
+    "gate.normalize._TOKEN_RUN": "match on the reversed text from a leet core back to its word's start",
 }
 """Module patterns used only with ``match``/``fullmatch`` at one position (timed that way)."""
 
