@@ -38,15 +38,17 @@ def test_the_training_sets_are_there_in_both_languages() -> None:
         "gate-train-19.jsonl",
         "gate-train-20.jsonl",
         "gate-train-21.jsonl",
+        "gate-train-22.jsonl",
+        "gate-train-23.jsonl",
         "gate-train-en.jsonl",
         "gate-train-fr.jsonl",
     ]
     langs = Counter(str(row["lang"]) for path in TRAINING_FILES for row in rows_of(path))
     # train-14, train-17 and train-19 are English, train-15, train-18 and train-20 French, train-16
-    # half of each; train-21 (the red team of the benign frames) too
+    # half of each; train-21 (the red team of the benign frames), train-22 and train-23 too
     assert langs == {
-        "en": 938 + 390 + 780 + 390 + 780 + 715 + 100,
-        "fr": 938 + 390 + 780 + 390 + 780 + 715 + 100,
+        "en": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 358 + 325,
+        "fr": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 357 + 325,
     }
 
 
@@ -95,6 +97,8 @@ def test_training_rows_hold_every_file_once_with_its_labels() -> None:
     assert sources["gate-train-19.jsonl"] == 715
     assert sources["gate-train-20.jsonl"] == 715
     assert sources["gate-train-21.jsonl"] == 200
+    assert sources["gate-train-22.jsonl"] == 715
+    assert sources["gate-train-23.jsonl"] == 650
     assert sources["exemplars.jsonl"] > 0
     en = [row for row in rows if row.source == "gate-train-en.jsonl"]
     assert sum(row.harmful for row in en) == 468
