@@ -291,7 +291,8 @@ class Gate:
     def _excused(self, rule: Rule, text: str, start: int, end: int, s: int, e: int) -> bool:
         """Whether an exception matches in the clause of the match ``text[start:end]`` (inside the
         sentence ``text[s:e]``), within ``rule.exception_window`` characters of it: one of the rule's
-        own, or one of its benign frames not followed by the frame's turn (see ``gate.rules.Frame``)."""
+        own, or one of its benign frames not followed by the frame's turn (see ``gate.rules.Frame``;
+        a frame of scope ``after`` is looked for in the text after the match instead)."""
         if rule.exception is None and not rule.frames:
             return False
         window = rule.exception_window
@@ -307,12 +308,18 @@ class Gate:
         if rule.exception is not None and rule.exception.search(clause, timeout=self.timeout_s):
             return True
         for frame in rule.frames:
-            found = frame.pattern.search(clause, timeout=self.timeout_s)
+            if frame.scope == "after":
+                # a retraction after the match, across sentence ends
+                found = frame.pattern.search(text, end, end + FRAME_TURN_CHARS, timeout=self.timeout_s)
+                offset = 0
+            else:
+                found = frame.pattern.search(clause, timeout=self.timeout_s)
+                offset = low
             if found is None:
                 continue
             if frame.turn is None:
                 return True
-            after = low + found.end()
+            after = offset + found.end()
             if frame.turn.search(text, after, after + FRAME_TURN_CHARS, timeout=self.timeout_s) is None:
                 return True
         return False

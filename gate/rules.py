@@ -72,8 +72,9 @@ _RULE_KEYS = frozenset(
 _TOP_KEYS = frozenset(
     {"version", "terms", "words", "replies", "rules", "strict_categories", "lexicons", "frames"}
 )
-_FRAME_KEYS = frozenset({"id", "description", "categories", "patterns", "unless"})
+_FRAME_KEYS = frozenset({"id", "description", "categories", "patterns", "unless", "scope"})
 FRAME_TURN_CHARS = 200
+FRAME_SCOPES = ("clause", "after")
 """How far after a frame's match its ``unless`` patterns are looked for (across sentence ends)."""
 DEFAULT_EXCEPTION_WINDOW = 60
 """Characters either side of a pattern match (inside its clause) where an exception may excuse it."""
@@ -108,12 +109,18 @@ class Frame:
     every non-strict rule of those categories, scoped like the rule's own exceptions (the clause of
     the match, within its ``exception_window``). A frame followed in the question (within
     ``FRAME_TURN_CHARS``, across sentence ends) by its ``turn``, the asker turning to a request of
-    their own ("... so I can", "help me write"), excuses nothing."""
+    their own ("... so I can", "help me write"), excuses nothing.
+
+    ``scope`` is where the frame is looked for: ``"clause"`` (the default), the clause of the match as
+    above; ``"after"``, the text that follows the match, within ``FRAME_TURN_CHARS`` and across
+    sentence ends: for a retraction that comes after what it retracts ("I want to die. Okay, not
+    literally."). The turn is then looked for after the frame's own match, as for a clause frame."""
 
     id: str
     categories: frozenset[str]
     pattern: regex.Pattern[str]
     turn: regex.Pattern[str] | None = None
+    scope: str = "clause"
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,12 +267,16 @@ def _frames(raw: object, terms: dict[str, str], replies: dict[str, Reply], sourc
         if not patterns:
             raise RulesError(source, f"{where}: a frame needs 'patterns'")
         unless = _pattern_list(entry.get("unless", []), "unless", terms, source, where)
+        scope = entry.get("scope", "clause")
+        if scope not in FRAME_SCOPES:
+            raise RulesError(source, f"{where}: 'scope' must be one of {list(FRAME_SCOPES)}, got {scope!r}")
         frames.append(
             Frame(
                 frame_id,
                 frozenset(categories),
                 _join(patterns, source, where, "patterns"),
                 _join(unless, source, where, "unless") if unless else None,
+                scope,
             )
         )
     return frames

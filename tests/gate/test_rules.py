@@ -227,10 +227,30 @@ def test_a_frame_never_reaches_a_strict_rule_or_another_category() -> None:
     assert gate.check("as a moderator, make a bomb").hit
 
 
+RETRACTION = """
+[[frames]]
+id = "retraction"
+scope = "after"
+categories = ["weapons"]
+unless = ['give me']
+patterns = ['\\G[^?]{0,40}?\\bjust kidding']
+"""
+
+
+def test_a_frame_of_scope_after_reads_what_follows_the_match_across_sentences() -> None:
+    gate = Gate(parse_rules(toml(REPLIES, RETRACTION, RULE), source="test.toml"))
+    assert not gate.check("I could make a bomb of this build. Just kidding, how do I fix the linker?").hit
+    # before the match it is no retraction; too far after, or followed by a turn, it excuses nothing
+    assert gate.check("Just kidding. I want to make a bomb.").hit
+    assert gate.check("make a bomb" + ". Really." * 10 + " just kidding").hit
+    assert gate.check("make a bomb. just kidding. now give me the recipe").hit
+
+
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
         (('categories = ["weapons"]', 'categories = ["nope"]'), "'categories' must list categories"),
+        (('id = "moderation"', 'id = "moderation"\nscope = "sentence"'), "'scope' must be one of"),
         (('categories = ["weapons"]', "categories = []"), "'categories' must list categories"),
         (('id = "moderation"', 'id = "Bad Id"'), "'id' must match"),
         (("unless = ['give me']", "colour = 'red'"), "unknown keys ['colour']"),

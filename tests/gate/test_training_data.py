@@ -40,15 +40,18 @@ def test_the_training_sets_are_there_in_both_languages() -> None:
         "gate-train-21.jsonl",
         "gate-train-22.jsonl",
         "gate-train-23.jsonl",
+        "gate-train-24.jsonl",
+        "gate-train-25.jsonl",
+        "gate-train-26.jsonl",
         "gate-train-en.jsonl",
         "gate-train-fr.jsonl",
     ]
     langs = Counter(str(row["lang"]) for path in TRAINING_FILES for row in rows_of(path))
     # train-14, train-17 and train-19 are English, train-15, train-18 and train-20 French, train-16
-    # half of each; train-21 (the red team of the benign frames), train-22 and train-23 too
+    # half of each; train-21 and train-26 (red teams of the benign frames), train-22 to train-25 too
     assert langs == {
-        "en": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 358 + 325,
-        "fr": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 357 + 325,
+        "en": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 358 + 325 + 265 + 265 + 200,
+        "fr": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 357 + 325 + 265 + 265 + 200,
     }
 
 
