@@ -305,6 +305,9 @@ class Gate:
                     high = brk.start()
                     break
         clause = text[low:high]
+        real_world = self.rules.real_world
+        if real_world is not None and real_world.search(clause, timeout=self.timeout_s):
+            return False  # "for me, not for the game": the game or story words excuse nothing here
         if rule.exception is not None and rule.exception.search(clause, timeout=self.timeout_s):
             return True
         for frame in rule.frames:

@@ -70,7 +70,7 @@ _RULE_KEYS = frozenset(
     }
 )
 _TOP_KEYS = frozenset(
-    {"version", "terms", "words", "replies", "rules", "strict_categories", "lexicons", "frames"}
+    {"version", "terms", "words", "replies", "rules", "strict_categories", "lexicons", "frames", "real_world"}
 )
 _FRAME_KEYS = frozenset({"id", "description", "categories", "patterns", "unless", "scope"})
 FRAME_TURN_CHARS = 200
@@ -169,6 +169,10 @@ class RuleSet:
     source: str
     rules: tuple[Rule, ...]
     replies: Mapping[str, Reply]
+    real_world: regex.Pattern[str] | None = None
+    """``real_world``: the asker saying the request is for real, not for the game or the story ("for
+    me, not the ragdoll", "en vrai, pas la hitbox du jeu"). A clause holding it takes no exception
+    and no frame: the game or fiction words around it no longer excuse the match."""
 
 
 def default_rules_text() -> str:
@@ -224,6 +228,7 @@ def parse_rules(text: str, *, source: str, read: Callable[[str], str] | None = N
     ):
         raise RulesError(source, "'strict_categories' must list categories that have a reply")
     frames = _frames(data.get("frames", []), terms, replies, source)
+    real_world = _pattern_list(data.get("real_world", []), "real_world", terms, source, "real_world")
     raw_rules = data.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
         raise RulesError(source, "no [[rules]] defined")
@@ -239,7 +244,12 @@ def parse_rules(text: str, *, source: str, read: Callable[[str], str] | None = N
             raise RulesError(source, "duplicate rule id", rule.id)
         seen.add(rule.id)
         rules.append(rule)
-    return RuleSet(source=source, rules=tuple(rules), replies=replies)
+    return RuleSet(
+        source=source,
+        rules=tuple(rules),
+        replies=replies,
+        real_world=_join(real_world, source, "real_world", "real_world") if real_world else None,
+    )
 
 
 def _frames(raw: object, terms: dict[str, str], replies: dict[str, Reply], source: str) -> list[Frame]:

@@ -195,6 +195,8 @@ def _rule_patterns() -> Iterator[tuple[str, regex.Pattern[str]]]:
         yield f"frame {frame.id}", frame.pattern
         if frame.turn is not None:
             yield f"frame {frame.id} turn", frame.turn
+    if _GATE.rules.real_world is not None:
+        yield "real_world", _GATE.rules.real_world
 
 
 @pytest.mark.parametrize(("name", "pattern"), list(_rule_patterns()), ids=[n for n, _ in _rule_patterns()])

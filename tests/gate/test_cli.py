@@ -26,6 +26,8 @@ fr = "Non."
 id = "weapons.word"
 category = "weapons"
 patterns = ['\\bbanana\\b']
+# strict: the shipped lexical head's veto never drops it (the head may know the word)
+strict = true
 """
 
 

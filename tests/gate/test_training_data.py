@@ -43,15 +43,17 @@ def test_the_training_sets_are_there_in_both_languages() -> None:
         "gate-train-24.jsonl",
         "gate-train-25.jsonl",
         "gate-train-26.jsonl",
+        "gate-train-27.jsonl",
+        "gate-train-28.jsonl",
         "gate-train-en.jsonl",
         "gate-train-fr.jsonl",
     ]
     langs = Counter(str(row["lang"]) for path in TRAINING_FILES for row in rows_of(path))
     # train-14, train-17 and train-19 are English, train-15, train-18 and train-20 French, train-16
-    # half of each; train-21 and train-26 (red teams of the benign frames), train-22 to train-25 too
+    # half of each; train-21 and train-26 (red teams of the benign frames), train-22 to train-25, train-27 and train-28 too
     assert langs == {
-        "en": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 358 + 325 + 265 + 265 + 200,
-        "fr": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 357 + 325 + 265 + 265 + 200,
+        "en": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 358 + 325 + 265 + 265 + 200 + 260 + 260,
+        "fr": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 357 + 325 + 265 + 265 + 200 + 260 + 260,
     }
 
 
@@ -68,8 +70,9 @@ def test_every_training_line_is_labelled_with_a_category_the_gate_can_answer(pat
     categories = {line.category for line in read_set(path) if line.harmful}
     assert categories <= replies
     assert len(categories) == 13
-    # balanced: each category and the look-alikes are well represented
-    assert sum(row["expect"] == "pass" for row in rows) >= len(rows) // 3
+    # balanced: each category and the look-alikes are well represented (train-27 and train-28 were
+    # asked for three harmful lines in four)
+    assert sum(row["expect"] == "pass" for row in rows) >= len(rows) // 4
 
 
 def test_no_untuned_held_out_set_is_trained_on() -> None:
