@@ -50,6 +50,8 @@ TUNED_HELDOUT = (
     "blind-25.jsonl",
     "blind-32.jsonl",
     "blind-33.jsonl",
+    "blind-36.jsonl",
+    "blind-37.jsonl",
 )
 """Held-out sets scored once and then tuned on (regression sets now): training data too. Blind 4, 6
 and 8 joined in the fourth session (the brief allowed sets 4-9), blind 11 after its first score, blind
@@ -57,7 +59,8 @@ and 8 joined in the fourth session (the brief allowed sets 4-9), blind 11 after 
 the start and end of sessions 6 and 7; fresh blind sets, the lead's, replace them as measures), blind
 18 to 21 in the ninth (scored at the start and end of the eighth), blind 22 to 25 in the ninth after
 their first scores (blind 26 and 27 stay outside the repository, the session's untouched measure),
-blind 32 and 33 in the tenth after their first scores (blind 30 and 31 stay outside, untouched)."""
+blind 32, 33, 36 and 37 in the tenth after their first scores (blind 30, 31, 34 and 35 stay outside,
+untouched)."""
 UNTUNED_HELDOUT = (
     "blind-10.jsonl",
     "blind-12.jsonl",
