@@ -188,6 +188,9 @@ REPRODUCER = "@someone " + "`" * 320 + "a`" * 4000  # issue 13: ~20 s in the old
 def test_the_backtick_reproducer_is_decided_within_budget(raw: str) -> None:
     from tests.worst_case import budget_s, elapsed
 
-    assert elapsed(lambda: mentions(raw + " @citebot", "citebot")) < budget_s(len(raw))
+    # the best of three calls: one call can lose half a second to a loaded CI machine's scheduler,
+    # while a backtracking pattern would take seconds on every call
+    best = min(elapsed(lambda: mentions(raw + " @citebot", "citebot")) for _ in range(3))
+    assert best < budget_s(len(raw))
     assert mentions(raw + " @citebot", "citebot")
     assert not mentions(raw, "citebot")
