@@ -74,8 +74,9 @@ _TOP_KEYS = frozenset(
 )
 _FRAME_KEYS = frozenset({"id", "description", "categories", "patterns", "unless", "scope"})
 FRAME_TURN_CHARS = 200
-FRAME_SCOPES = ("clause", "after")
 """How far after a frame's match its ``unless`` patterns are looked for (across sentence ends)."""
+FRAME_SCOPES = ("clause", "after")
+"""Where a frame is looked for: the clause of the match, or the text after it (``Frame.scope``)."""
 DEFAULT_EXCEPTION_WINDOW = 60
 """Characters either side of a pattern match (inside its clause) where an exception may excuse it."""
 DEFAULT_NEAR_WORDS = 8
