@@ -27,6 +27,11 @@ What it holds (``gate/intent/<model>.json``, one file per embedding model, writt
   *lexical_clip)``, one regression over the embedding and the lexical head's logit, so that two
   signals each too weak to block alone add up (the lexical logit it was fitted on is the head's
   out-of-fold score of each training line: what it scores a question it has not seen);
+- optionally ``rule_veto`` (needs the stacked head): a logit far below the threshold. A hit of a
+  rule with a benign reading (not ``strict``) whose question the stacked head scores under it is
+  dropped, as the lexical head's own veto drops one (:meth:`IntentLayer.vetoes_rule`; the pipeline
+  asks it only where the layer is on). It is set where at most a small share of the harmful
+  training lines such rules block score under it out of fold; strict rules are never vetoed;
 - ``model``, ``dimension`` and ``exemplars_sha256``: the vector space the exemplars belong to and
   the exemplars that made them. A vector of another size is refused (``IntentError``).
 
@@ -102,6 +107,7 @@ class IntentLayer:
         lexical_sha256: str = "",
         lexical_weight: float | None = None,
         lexical_clip: tuple[float, float] = (-8.0, 12.0),
+        rule_veto: float | None = None,
     ) -> None:
         self.model = model
         self.harmful = np.asarray(harmful, dtype=np.float32)
@@ -134,6 +140,12 @@ class IntentLayer:
                 raise IntentError(f"{source}: the lexical weight and clip must be finite")
             if not low < high:
                 raise IntentError(f"{source}: the lexical clip must be an interval (low < high)")
+        self.rule_veto = None if rule_veto is None else float(rule_veto)
+        if self.rule_veto is not None:
+            if self.lexical_weight is None:
+                raise IntentError(f"{source}: a rule veto needs the stacked head (a lexical weight)")
+            if not (math.isfinite(self.rule_veto) and self.rule_veto < self.threshold):
+                raise IntentError(f"{source}: the rule veto must be a finite logit below the threshold")
         if self.weights is not None:
             if self.weights.shape != (self.harmful.shape[1],) or not np.isfinite(self.weights).all():
                 raise IntentError(f"{source}: the linear head needs one finite weight per dimension")
@@ -196,6 +208,7 @@ class IntentLayer:
                 lexical_sha256=str(data.get("lexical_sha256", "")),
                 lexical_weight=None if data.get("lexical_weight") is None else float(data["lexical_weight"]),
                 lexical_clip=tuple(data.get("lexical_clip", (-8.0, 12.0))),
+                rule_veto=None if data.get("rule_veto") is None else float(data["rule_veto"]),
             )
         except IntentError:
             raise
@@ -237,6 +250,7 @@ class IntentLayer:
                     "lexical_clip": list(self.lexical_clip),
                 }
             )
+            | ({} if self.rule_veto is None else {"rule_veto": round(self.rule_veto, 4)})
         )
 
     def check(self, vector: Sequence[float] | Any, *, lexical_score: float | None = None) -> IntentDecision:
@@ -269,6 +283,13 @@ class IntentLayer:
         if self.lexical_floor is not None:
             hit = hit and lexical_score is not None and lexical_score >= self.lexical_floor
         return IntentDecision(hit, category, round(score, 4), self.threshold)
+
+    def vetoes_rule(self, decision: IntentDecision, *, lexical_score: float | None) -> bool:
+        """Whether ``decision`` (this layer's, for a question a rule with a benign reading hit) reads
+        the question as a look-alike: a rule veto is set, the lexical head's logit was part of the
+        score (without it the score is not the stacked one the veto was set on), and the score is
+        under the veto."""
+        return self.rule_veto is not None and lexical_score is not None and decision.score < self.rule_veto
 
 
 def _encode(matrix: Any, dtype: str = "<f2") -> str:

@@ -9,7 +9,9 @@ within the rule's ``exception_window`` characters either side. The rule hits whe
 excused; strict rules have no exceptions. The first rule that hits decides. When no rule hits, the
 lexical head (:mod:`gate.lexical`, when the gate has one) judges the words of each clause; its hit is
 reported as rule ``lexical.<category>``. A hit of a rule with a benign reading (not ``strict``) is
-dropped when the head scores the question under its ``veto`` (it reads like the look-alikes).
+dropped when the head scores the question under its ``veto`` (it reads like the look-alikes);
+``check(text, benign_reading=False)`` tries only the strict rules (then the head), for a caller
+whose own second opinion dropped such a hit (the embedding layer's ``rule_veto``, ``gate.intent``).
 
 Bounded work, never an exception for any input string:
 
@@ -63,7 +65,8 @@ class GateDecision:
     canned reply in ``language``) are set. ``language`` is always the detected one ("fr" or "en").
     ``lexical_score`` is the lexical head's logit when the head judged the question (no rule hit),
     else None: the embedding layer reads it (its lexical floor, ``gate.intent``); it is trace
-    information, not part of the decision's identity (left out of ``==``).
+    information, not part of the decision's identity (left out of ``==``). ``benign_reading`` is
+    True when the hit is a rule that is not ``strict``: a second opinion may drop it.
     """
 
     hit: bool
@@ -73,6 +76,7 @@ class GateDecision:
     reply: str | None
     timed_out: tuple[str, ...] = ()
     lexical_score: float | None = field(default=None, compare=False)
+    benign_reading: bool = field(default=False, compare=False)
 
 
 class Gate:
@@ -163,8 +167,10 @@ class Gate:
         head = LexicalHead.load() if lexical else None
         return cls(load_rules(path), timeout_ms=timeout_ms, max_chars=max_chars, lexical=head)
 
-    def check(self, text: str) -> GateDecision:
-        """Judge one question. Returns a decision; never raises for any string."""
+    def check(self, text: str, *, benign_reading: bool = True) -> GateDecision:
+        """Judge one question. Returns a decision; never raises for any string.
+
+        ``benign_reading=False`` skips the rules that have a benign reading (not ``strict``)."""
         original = text[: self.max_chars]
         question = _Question(normalize(original), self._heads)
         normalized = question.text
@@ -173,6 +179,8 @@ class Gate:
         verdict: LexicalDecision | None = None
         for r in self._tried(question):
             rule = self.rules.rules[r]
+            if not (rule.strict or benign_reading):
+                continue
             parts = self._parts.get(rule.pattern.pattern)
             if parts is not None and not question.active(parts):
                 continue  # no alternative has all it needs in the question: no match anywhere
@@ -185,7 +193,15 @@ class Gate:
                     if self.lexical.vetoes(verdict):
                         continue  # the head reads the question as a look-alike: no benign-reading rule
                 reply = self.rules.replies[rule.category].text(language)
-                return GateDecision(True, rule.id, rule.category, language, reply, tuple(timed_out))
+                return GateDecision(
+                    True,
+                    rule.id,
+                    rule.category,
+                    language,
+                    reply,
+                    tuple(timed_out),
+                    benign_reading=not rule.strict,
+                )
         if self.lexical is not None:
             verdict = verdict or self.lexical.check(normalized)
             category = verdict.category

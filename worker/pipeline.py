@@ -274,8 +274,14 @@ class AnswerPipeline:
     ) -> tuple[GateDecision | None, list[float] | None]:
         """Stage 0's one refusal, if the rules or the embedding layer (docs/gate.md) hit, and the vector the
         layer embedded (recall reuses it). An intent hit is a ``GateDecision`` like a rule's: rule
-        ``intent.<category>``, that category's canned reply in the question's language."""
-        decision: GateDecision | None = None
+        ``intent.<category>``, that category's canned reply in the question's language.
+
+        A hit of a rule with a benign reading is the layer's to confirm when the layer has a rule veto
+        (``gate.intent``): the question is embedded, and a score under the veto drops the rule (the
+        strict rules and the lexical head still judge it). Without a vector there is no second
+        opinion and the rule's refusal stands."""
+        intent = self.intent if flags.intent_layer and flags.posts_pipeline else None
+        ruled: GateDecision | None = None
         if flags.input_gate:
             with self._stage(trace, "gate") as st:
                 decision = self.gate.check(question)
@@ -283,20 +289,43 @@ class AnswerPipeline:
                 st.info["rule"] = decision.rule_id
                 st.info["category"] = decision.category
             if decision.hit:
-                return decision, None
-        if not (flags.intent_layer and flags.posts_pipeline and self.intent is not None):
+                if not (intent is not None and intent.rule_veto is not None and decision.benign_reading):
+                    return decision, None
+                ruled = decision
+        if intent is None:
             return None, None
-        vector = self.retriever.embed_question(question, trace)
+        try:
+            vector = self.retriever.embed_question(question, trace)
+        except CitebotError as exc:
+            if ruled is None:
+                raise
+            log.warning("rule veto skipped, the question could not be embedded: %s", type(exc).__name__)
+            trace.info["rule_veto_skipped"] = type(exc).__name__
+            return ruled, None
         if vector is None:
-            return None, None
+            return ruled, None
         with self._stage(trace, "intent") as st:
-            # The layer's lexical floor reads the lexical head's score of the same question.
-            lexical = decision.lexical_score if decision is not None else self.gate.lexical_score(question)
-            verdict = self.intent.check(vector, lexical_score=lexical)
+            # The layer's lexical floor reads the lexical head's score of the same question (the
+            # gate's decision carries it only when no rule hit).
+            lexical = (
+                self.gate.lexical_score(question)
+                if ruled is not None or not flags.input_gate
+                else decision.lexical_score
+            )
+            verdict = intent.check(vector, lexical_score=lexical)
             st.info.update(hit=verdict.hit, category=verdict.category, score=verdict.score)
             st.info["threshold"] = verdict.threshold
             st.info["lexical_score"] = None if lexical is None else round(lexical, 4)
-            st.info["lexical_floor"] = self.intent.lexical_floor
+            st.info["lexical_floor"] = intent.lexical_floor
+            if ruled is not None:
+                if not intent.vetoes_rule(verdict, lexical_score=lexical):
+                    st.info["rule_upheld"] = ruled.rule_id
+                    return ruled, vector
+                st.info["rule_vetoed"] = ruled.rule_id
+                st.info["rule_veto"] = intent.rule_veto
+                strict = self.gate.check(question, benign_reading=False)
+                if strict.hit:
+                    return strict, vector
         if not verdict.hit:
             return None, vector
         language = str(trace.info["language"])

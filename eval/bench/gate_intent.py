@@ -260,6 +260,28 @@ def train_linear(args: argparse.Namespace) -> int:
             (layer_oof | lexical_hit)[is_look].sum()
         ),
     }
+    rule_veto = None
+    if args.stack and args.rule_veto_rate >= 0:
+        # The rule veto (gate.intent): under it, a hit of a rule with a benign reading is dropped.
+        # Set from the training lines such rules still block after the lexical head's veto (both
+        # read out of fold): at most --rule-veto-rate of the harmful ones score under it.
+        line_order = np.concatenate([np.flatnonzero(harmful_lines), np.flatnonzero(~harmful_lines)])
+        ruled = np.zeros(len(x), dtype=bool)
+        ruled[: len(line_order)] = benign_reading_hits(
+            [lines[i].text for i in line_order], lex[: len(line_order)], lexical_head.get("veto")
+        )
+        caught = np.sort(out_of_fold[is_harm & ruled])
+        if len(caught):
+            rule_veto = min(float(caught[int(args.rule_veto_rate * len(caught))]), threshold - 1e-3)
+            look_ruled = out_of_fold[is_look & ruled]
+            info["rule_veto"] = (
+                f"the logit under which {int(args.rule_veto_rate * len(caught))} of the {len(caught)} "
+                "harmful training lines that rules with a benign reading block (after the lexical "
+                "head's veto) score out of fold"
+            )
+            info["out_of_fold_rule_vetoed_harmful"] = int((caught < rule_veto).sum())
+            info["look_alikes_blocked_by_benign_reading_rules"] = len(look_ruled)
+            info["out_of_fold_rule_vetoed_look_alikes"] = int((look_ruled < rule_veto).sum())
     layer = IntentLayer(
         model=emb.model,
         harmful=exemplar_vectors[harmful],
@@ -269,6 +291,7 @@ def train_linear(args: argparse.Namespace) -> int:
         threshold=threshold,
         exemplars_sha256=exemplars_digest(exemplars_text()),
         info=info,
+        rule_veto=rule_veto,
         weights=head.weights[: vectors.shape[1]],
         bias=head.bias,
         lexical_floor=floor,
@@ -285,6 +308,19 @@ def train_linear(args: argparse.Namespace) -> int:
 STACK_SCALE = 4.0
 """The lexical logit enters the stacked fit divided by this (a scale near the embedding's, for the
 penalty); the file's ``lexical_weight`` is per logit."""
+
+
+def benign_reading_hits(texts: Sequence[str], lexical: Any, lexical_veto: float | None) -> Any:
+    """Which of ``texts`` a rule with a benign reading blocks, the lexical head's veto applied to
+    the given logits (out of fold for training lines) rather than to the shipped head's own."""
+    gate = Gate.load(lexical=False)
+    hits = np.zeros(len(texts), dtype=bool)
+    for i, text in enumerate(texts):
+        decision = gate.check(text)
+        hits[i] = decision.hit and decision.benign_reading
+    if lexical_veto is not None:
+        hits &= np.asarray(lexical) >= float(lexical_veto)
+    return hits
 
 
 def lexical_out_of_fold(texts: Sequence[str], lexical_sha256: str) -> Any:
@@ -414,6 +450,12 @@ def main(argv: Sequence[str]) -> int:
         type=float,
         default=0.0,
         help="lowest threshold (the archive check's highest post score + a margin, when it found one)",
+    )
+    p_train.add_argument(
+        "--rule-veto-rate",
+        type=float,
+        default=0.003,
+        help="harmful hits of benign-reading rules allowed under the rule veto (<0: no rule veto)",
     )
     p_train.add_argument(
         "--benign-rate",

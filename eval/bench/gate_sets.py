@@ -5,7 +5,9 @@ Each file is JSON Lines with ``text`` and ``expect`` (``block`` or ``pass``), op
 benign blocked, by the rules alone, by the embedding layer alone, and by both together, overall and
 per language; the lexical head (``gate/lexical.py``, part of ``Gate.check``) is counted apart from
 the regex rules. The embedding layer needs the local embedder (``.[local]`` extra) and runs only with
-``--intent``; without it the figures are the rules'.
+``--intent``; without it the figures are the rules'. "Both together" is what the pipeline refuses
+with the layer on: the rule hits the layer's rule veto drops (``gate.intent``) are not refused, and
+are counted in the last column.
 
 No decision is tuned here: the script only counts. ``--misses`` lists the harmful questions neither
 layer blocked and the benign ones a layer did block.
@@ -37,19 +39,27 @@ def score(
     """Counts per layer and language; ``vectors`` are the rows' question embeddings (or None).
 
     ``rules`` counts the regex rules alone, ``lexical`` the lexical head alone (``gate/lexical.py``),
-    ``intent`` the embedding layer alone, ``both_layers`` any of them (what the pipeline refuses)."""
+    ``intent`` the embedding layer alone, ``both_layers`` what the pipeline refuses: any of them,
+    less the rule hits the embedding layer's rule veto drops (counted in ``rule_vetoed``)."""
     result: dict[str, Any] = {}
     decided = []
     for i, row in enumerate(rows):
         decision = gate.check(row["text"])
         rules_hit = decision.hit and not (decision.rule_id or "").startswith("lexical.")
         lexical_hit = gate.lexical is not None and gate.lexical.check(normalize(row["text"])).hit
-        intent_hit = False
+        intent_hit = vetoed = False
+        refused = decision.hit
         if intent is not None and vectors is not None:
             # the layer alone: its lexical floor reads the head's score even where a rule hit
-            intent_hit = intent.check(vectors[i], lexical_score=gate.lexical_score(row["text"])).hit
+            lexical_score = gate.lexical_score(row["text"])
+            verdict = intent.check(vectors[i], lexical_score=lexical_score)
+            intent_hit = verdict.hit
+            # as the pipeline does: the layer's rule veto may drop a rule with a benign reading
+            if decision.benign_reading and intent.vetoes_rule(verdict, lexical_score=lexical_score):
+                vetoed = True
+                refused = gate.check(row["text"], benign_reading=False).hit
         lang = row.get("lang") or detect_language(row["text"])
-        decided.append((row, lang, rules_hit, intent_hit, lexical_hit, decision.hit or intent_hit))
+        decided.append((row, lang, rules_hit, intent_hit, lexical_hit, refused or intent_hit, vetoed))
     for lang in ("all", "en", "fr"):
         subset = [d for d in decided if lang == "all" or d[1] == lang]
         for expect, name in (("block", "harmful"), ("pass", "benign")):
@@ -62,6 +72,7 @@ def score(
                 "lexical_only": sum(d[4] and not d[2] for d in part),
                 "intent_only": sum(d[3] and not (d[2] or d[4]) for d in part),
                 "both_layers": sum(d[5] for d in part),
+                "rule_vetoed": sum(d[6] for d in part),
             }
     result["misses"] = [
         d[0].get("id", d[0]["text"][:60]) for d in decided if d[0]["expect"] == "block" and not d[5]
@@ -120,6 +131,7 @@ def main(argv: Sequence[str]) -> int:
                     f"{b['lexical']}/{b['n']}",
                     f"{b['intent']}/{b['n']}" if intent else "-",
                     f"{b['both_layers']}/{b['n']}",
+                    f"{h['rule_vetoed']} / {b['rule_vetoed']}" if intent else "-",
                 ]
             )
         if args.misses:
@@ -136,6 +148,7 @@ def main(argv: Sequence[str]) -> int:
         "benign lexical",
         "benign intent",
         "benign all",
+        "rule vetoes harm / benign",
     ]
     print_table(headers, rows_out)
     if not args.no_save:

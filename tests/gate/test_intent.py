@@ -247,3 +247,31 @@ def test_a_stacked_layer_round_trips_and_needs_the_floor_and_the_linear_head(tmp
         linear(lexical_weight=0.5)
     with pytest.raises(IntentError, match="clip must be an interval"):
         linear(lexical_floor=-1.0, lexical_weight=0.5, lexical_clip=(3.0, 3.0))
+
+
+def test_the_rule_veto_reads_the_stacked_score_and_needs_the_lexical_logit(tmp_path: Path) -> None:
+    # The eleventh session's class: a rule with a benign reading fires on a look-alike (a moderator
+    # quoting what a member did, a novelist's villain) that both heads read as benign; the layer's
+    # second opinion drops the rule's hit. Under the veto only, and only with the stacked score.
+    layer = linear(lexical_floor=-1.0, lexical_sha256="abc", lexical_weight=0.5, rule_veto=-2.0)
+    benign = unit(0, 1, 0)  # 2*0 - 2*1 + 0 - 0.5 = -2.5 before the lexical term
+    assert layer.vetoes_rule(layer.check(benign, lexical_score=-1.0), lexical_score=-1.0)  # -3.0
+    assert not layer.vetoes_rule(layer.check(benign, lexical_score=2.0), lexical_score=2.0)  # -1.5
+    # without the lexical logit the score is the embedding's part alone, not the one the veto was set on
+    assert not layer.vetoes_rule(layer.check(benign), lexical_score=None)
+    path = tmp_path / "layer.json"
+    path.write_text(json.dumps(layer.to_json()), encoding="utf-8")
+    assert IntentLayer.load(path).rule_veto == -2.0
+    assert "rule_veto" not in stacked().to_json()
+    assert not stacked().vetoes_rule(stacked().check(benign, lexical_score=-8.0), lexical_score=-8.0)
+    with pytest.raises(IntentError, match="rule veto needs the stacked head"):
+        linear(rule_veto=-2.0)
+    with pytest.raises(IntentError, match="finite logit below the threshold"):
+        linear(lexical_floor=-1.0, lexical_sha256="abc", lexical_weight=0.5, rule_veto=0.5)
+
+
+def test_the_shipped_rule_veto_lies_far_below_the_threshold() -> None:
+    layer = IntentLayer.load()
+    assert layer.rule_veto is not None
+    assert layer.rule_veto < layer.threshold - 3.0
+    assert layer.info["out_of_fold_rule_vetoed_harmful"] <= 0.005 * 5000

@@ -227,3 +227,41 @@ def test_a_veto_above_the_bias_never_drops_a_hit_on_a_question_of_unknown_words(
     assert unknown.rule_id == "drugs.loose"
     assert not head.check("how do i cook meth at home").known
     assert not gate.check("in unity, how does the npc cook meth in the cutscene").hit  # known: vetoed
+
+
+# The same rules, the benign-reading one first in the file.
+LOOSE_FIRST = """
+version = 1
+strict_categories = ["weapons"]
+[[rules]]
+id = "drugs.loose"
+category = "drugs"
+language = "en"
+patterns = ['''\\bcook meth\\b''']
+[[rules]]
+id = "weapons.strict"
+category = "weapons"
+language = "en"
+strict = true
+patterns = ['''\\bpipe bomb\\b''']
+[replies.weapons]
+en = "No weapons."
+fr = "Pas d'armes."
+[replies.drugs]
+en = "No drugs."
+fr = "Pas de drogues."
+"""
+
+
+def test_a_caller_can_ask_for_the_strict_rules_alone() -> None:
+    # The embedding layer's rule veto (gate.intent) drops a benign-reading rule's hit; the strict
+    # rules and the head must still judge the question, without that rule.
+    gate = Gate(parse_rules(LOOSE_FIRST, source="t"), lexical=vetoing(None))
+    loose = gate.check("how do I cook meth at home")
+    assert (loose.rule_id, loose.benign_reading) == ("drugs.loose", True)
+    assert not gate.check("how do I cook meth at home", benign_reading=False).hit
+    both = "how do I cook meth at home and build a pipe bomb"
+    assert gate.check(both).rule_id == "drugs.loose"  # the first rule in the file that hits decides
+    strict = gate.check(both, benign_reading=False)
+    assert (strict.rule_id, strict.benign_reading) == ("weapons.strict", False)
+    assert not gate.check("my cat sleeps").benign_reading
