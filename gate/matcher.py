@@ -41,7 +41,16 @@ from gate.lexical import LexicalDecision, LexicalHead
 from gate.literals import first_words, word_needs
 from gate.normalize import normalize
 from gate.normalize import same_words as _same_words
-from gate.rules import FRAME_TURN_CHARS, PREFIX_HEAD, Rule, RuleSet, TriggerGroup, load_rules
+from gate.rules import (
+    FRAME_TURN_CHARS,
+    PREFIX_HEAD,
+    QUOTE_LEAD_CHARS,
+    Frame,
+    Rule,
+    RuleSet,
+    TriggerGroup,
+    load_rules,
+)
 
 log = logging.getLogger(__name__)
 
@@ -327,6 +336,10 @@ class Gate:
         if rule.exception is not None and rule.exception.search(clause, timeout=self.timeout_s):
             return True
         for frame in rule.frames:
+            if frame.scope == "quoted":
+                if self._quoted_frame(frame, text, start, end):
+                    return True
+                continue
             if frame.scope == "after":
                 # a retraction after the match, across sentence ends
                 found = frame.pattern.search(text, end, end + FRAME_TURN_CHARS, timeout=self.timeout_s)
@@ -342,6 +355,53 @@ class Gate:
             if frame.turn.search(text, after, after + FRAME_TURN_CHARS, timeout=self.timeout_s) is None:
                 return True
         return False
+
+    def _quoted_frame(self, frame: Frame, text: str, start: int, end: int) -> bool:
+        """Whether ``text[start:end]`` lies inside a quotation that ``frame`` introduces, with no
+        turn in the lead-in nor after the quotation (``Frame.scope`` ``"quoted"``)."""
+        quote = _quotation(text, start, end)
+        if quote is None:
+            return False
+        opened, closed = quote
+        lead = max(0, opened - QUOTE_LEAD_CHARS)
+        if frame.pattern.search(text, lead, opened, timeout=self.timeout_s) is None:
+            return False
+        if frame.turn is None:
+            return True
+        if frame.turn.search(text, lead, opened, timeout=self.timeout_s) is not None:
+            return False
+        return frame.turn.search(text, closed, closed + FRAME_TURN_CHARS, timeout=self.timeout_s) is None
+
+
+_QUOTE_PAIRS = {"\u201c": "\u201d", "\u00ab": "\u00bb", "\u201e": "\u201c"}
+_QUOTE_SPAN = 400
+"""At most this many characters between a quotation's opening mark and the match inside it."""
+
+
+def _quotation(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """The quotation that the match ``text[start:end]`` ends inside: (index of its opening mark,
+    index just after its closing mark, or the text's end when it is never closed), or None. The
+    match may begin before the mark ("that says: “I know where you live”"): the words before the
+    mark are the lead-in either way. Typographic marks pair (“ ”, « », „ “); a straight double
+    quote opens when an even number of them precede it."""
+    low = max(0, start - _QUOTE_SPAN)
+    best: tuple[int, int] | None = None
+    for opening, closing in _QUOTE_PAIRS.items():
+        at = text.rfind(opening, low, end)
+        if at < 0:
+            continue
+        shut = text.find(closing, at + 1)
+        if shut != -1 and shut < end:
+            continue  # closed before the match ends: the match does not end inside
+        if best is None or at > best[0]:
+            best = (at, len(text) if shut == -1 else shut + 1)
+    before = text.count('"', 0, end)
+    if before % 2 == 1:
+        at = text.rfind('"', 0, end)
+        shut = text.find('"', end)
+        if at >= low and (best is None or at > best[0]):
+            best = (at, len(text) if shut == -1 else shut + 1)
+    return best
 
 
 @functools.lru_cache(maxsize=4096)

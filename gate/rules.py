@@ -75,8 +75,11 @@ _TOP_KEYS = frozenset(
 _FRAME_KEYS = frozenset({"id", "description", "categories", "patterns", "unless", "scope"})
 FRAME_TURN_CHARS = 200
 """How far after a frame's match its ``unless`` patterns are looked for (across sentence ends)."""
-FRAME_SCOPES = ("clause", "after")
-"""Where a frame is looked for: the clause of the match, or the text after it (``Frame.scope``)."""
+FRAME_SCOPES = ("clause", "after", "quoted")
+"""Where a frame is looked for: the clause of the match, the text after it, or the words that
+introduce the quotation holding it (``Frame.scope``)."""
+QUOTE_LEAD_CHARS = 80
+"""How far before a quotation's opening mark a ``quoted`` frame's lead-in is looked for."""
 DEFAULT_EXCEPTION_WINDOW = 60
 """Characters either side of a pattern match (inside its clause) where an exception may excuse it."""
 DEFAULT_NEAR_WORDS = 8
@@ -115,7 +118,12 @@ class Frame:
     ``scope`` is where the frame is looked for: ``"clause"`` (the default), the clause of the match as
     above; ``"after"``, the text that follows the match, within ``FRAME_TURN_CHARS`` and across
     sentence ends: for a retraction that comes after what it retracts ("I want to die. Okay, not
-    literally."). The turn is then looked for after the frame's own match, as for a clause frame."""
+    literally."). The turn is then looked for after the frame's own match, as for a clause frame.
+    ``"quoted"``: the match lies inside a quotation (between “ ”, « » or straight double quotes,
+    no closing mark between its start and end), and the frame matches in the ``QUOTE_LEAD_CHARS``
+    before the opening mark, the words that introduce someone else's words ("someone replied:",
+    "un membre a écrit", "messages like"). The turn is looked for in that lead-in and after the
+    closing mark: "write me a message that says “…”" is a request, not a report."""
 
     id: str
     categories: frozenset[str]

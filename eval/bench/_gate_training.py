@@ -52,6 +52,8 @@ TUNED_HELDOUT = (
     "blind-33.jsonl",
     "blind-36.jsonl",
     "blind-37.jsonl",
+    "blind-40.jsonl",
+    "blind-42.jsonl",
 )
 """Held-out sets scored once and then tuned on (regression sets now): training data too. Blind 4, 6
 and 8 joined in the fourth session (the brief allowed sets 4-9), blind 11 after its first score, blind
@@ -60,7 +62,8 @@ the start and end of sessions 6 and 7; fresh blind sets, the lead's, replace the
 18 to 21 in the ninth (scored at the start and end of the eighth), blind 22 to 25 in the ninth after
 their first scores (blind 26 and 27 stay outside the repository, the session's untouched measure),
 blind 32, 33, 36 and 37 in the tenth after their first scores (blind 30, 31, 34 and 35 stay outside,
-untouched)."""
+untouched), blind 40 and 42 in the eleventh after their first scores (blind 38, 39, 41 and 43 stay
+outside, untouched)."""
 UNTUNED_HELDOUT = (
     "blind-10.jsonl",
     "blind-12.jsonl",

@@ -246,6 +246,34 @@ def test_a_frame_of_scope_after_reads_what_follows_the_match_across_sentences() 
     assert gate.check("make a bomb. just kidding. now give me the recipe").hit
 
 
+QUOTED = """
+[[frames]]
+id = "quoted"
+scope = "quoted"
+categories = ["weapons"]
+unless = ['give me']
+patterns = ['\\b(?:wrote|said|a ecrit)\\W*$']
+"""
+
+
+def test_a_frame_of_scope_quoted_reads_the_words_that_introduce_the_quotation() -> None:
+    # The eleventh session's class: someone else's words quoted to report them ("someone replied:
+    # “…”"); the match must end inside the quotation, whose lead-in the frame reads.
+    gate = Gate(parse_rules(toml(REPLIES, QUOTED, RULE), source="test.toml"))
+    assert not gate.check("a member wrote “make a bomb tonight”, can mods remove it?").hit
+    assert not gate.check("un membre a écrit « make a bomb » dans le fil").hit
+    assert not gate.check('someone said "make a bomb" in chat, is that allowed').hit
+    assert not gate.check("he wrote “make a bomb” and never closed it").hit
+    # no lead-in, the match outside the quotation or ending after it, or a turn before or after
+    assert gate.check("I read “make a bomb” in a thread").hit
+    assert gate.check("a member wrote “hello”, so make a bomb").hit
+    assert gate.check('he said "ok" and "fine", make a bomb').hit
+    assert gate.check("a member wrote “make a bomb”, give me the steps").hit
+    assert gate.check("he said to make “a bomb”").hit  # no reporting verb right before the mark
+    # an odd straight quote before the match opens a quotation, an even number closes them
+    assert not gate.check('he said "make a bomb').hit
+
+
 def test_a_real_world_clause_takes_no_exception_and_no_frame() -> None:
     rule = RULE.replace(
         'description = "test rule"', "description = \"test rule\"\nexceptions = ['in my game']"

@@ -46,16 +46,50 @@ def test_the_training_sets_are_there_in_both_languages() -> None:
         "gate-train-27.jsonl",
         "gate-train-28.jsonl",
         "gate-train-29.jsonl",
+        "gate-train-30.jsonl",
+        "gate-train-31.jsonl",
+        "gate-train-32.jsonl",
+        "gate-train-33.jsonl",
         "gate-train-en.jsonl",
         "gate-train-fr.jsonl",
     ]
     langs = Counter(str(row["lang"]) for path in TRAINING_FILES for row in rows_of(path))
     # train-14, train-17 and train-19 are English, train-15, train-18 and train-20 French, train-16
     # half of each; train-21 and train-26 (red teams of the benign frames), train-22 to train-25,
-    # train-27 to train-29 too
+    # train-27 to train-29 too, and the look-alike sets train-30 to train-33 (156 lines a language each)
     assert langs == {
-        "en": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 358 + 325 + 265 + 265 + 200 + 260 + 260 + 260,
-        "fr": 938 + 390 + 780 + 390 + 780 + 715 + 100 + 357 + 325 + 265 + 265 + 200 + 260 + 260 + 260,
+        "en": 938
+        + 390
+        + 780
+        + 390
+        + 780
+        + 715
+        + 100
+        + 358
+        + 325
+        + 265
+        + 265
+        + 200
+        + 260
+        + 260
+        + 260
+        + 4 * 156,
+        "fr": 938
+        + 390
+        + 780
+        + 390
+        + 780
+        + 715
+        + 100
+        + 357
+        + 325
+        + 265
+        + 265
+        + 200
+        + 260
+        + 260
+        + 260
+        + 4 * 156,
     }
 
 
@@ -73,8 +107,9 @@ def test_every_training_line_is_labelled_with_a_category_the_gate_can_answer(pat
     assert categories <= replies
     assert len(categories) == 13
     # balanced: each category and the look-alikes are well represented (train-27 and train-28 were
-    # asked for three harmful lines in four)
+    # asked for three harmful lines in four, train-30 to train-33 for five look-alikes in six)
     assert sum(row["expect"] == "pass" for row in rows) >= len(rows) // 4
+    assert sum(row["expect"] == "block" for row in rows) >= len(rows) // 8
 
 
 def test_no_untuned_held_out_set_is_trained_on() -> None:
@@ -107,6 +142,8 @@ def test_training_rows_hold_every_file_once_with_its_labels() -> None:
     assert sources["gate-train-21.jsonl"] == 200
     assert sources["gate-train-22.jsonl"] == 715
     assert sources["gate-train-23.jsonl"] == 650
+    for name in ("gate-train-30.jsonl", "gate-train-31.jsonl", "gate-train-32.jsonl", "gate-train-33.jsonl"):
+        assert sources[name] == 312, name
     assert sources["exemplars.jsonl"] > 0
     en = [row for row in rows if row.source == "gate-train-en.jsonl"]
     assert sum(row.harmful for row in en) == 468
