@@ -53,17 +53,19 @@ def test_the_training_sets_are_there_in_both_languages() -> None:
         "gate-train-34.jsonl",
         "gate-train-35.jsonl",
         "gate-train-36.jsonl",
+        "gate-train-37.jsonl",
+        "gate-train-38.jsonl",
         "gate-train-en.jsonl",
         "gate-train-fr.jsonl",
     ]
     langs = Counter(str(row["lang"]) for path in TRAINING_FILES for row in rows_of(path))
     # train-14, train-17 and train-19 are English, train-15, train-18 and train-20 French, train-16
     # half of each; train-21 and train-26 (red teams of the benign frames), train-22 to train-25,
-    # train-27 to train-29 too, and the look-alike sets train-30 to train-36 (156 lines a language each)
+    # train-27 to train-29 too, and the look-alike sets train-30 to train-38 (156 lines a language each)
     before = [390, 780, 390, 780, 715, 100, 325, 265, 265, 200, 260, 260, 260]
     assert langs == {
-        "en": 938 + sum(before) + 358 + 7 * 156,
-        "fr": 938 + sum(before) + 357 + 7 * 156,
+        "en": 938 + sum(before) + 358 + 9 * 156,
+        "fr": 938 + sum(before) + 357 + 9 * 156,
     }
 
 
@@ -81,7 +83,7 @@ def test_every_training_line_is_labelled_with_a_category_the_gate_can_answer(pat
     assert categories <= replies
     assert len(categories) == 13
     # balanced: each category and the look-alikes are well represented (train-27 and train-28 were
-    # asked for three harmful lines in four, train-30 to train-36 for five look-alikes in six)
+    # asked for three harmful lines in four, train-30 to train-38 for five look-alikes in six)
     assert sum(row["expect"] == "pass" for row in rows) >= len(rows) // 4
     assert sum(row["expect"] == "block" for row in rows) >= len(rows) // 8
 
@@ -116,7 +118,7 @@ def test_training_rows_hold_every_file_once_with_its_labels() -> None:
     assert sources["gate-train-21.jsonl"] == 200
     assert sources["gate-train-22.jsonl"] == 715
     assert sources["gate-train-23.jsonl"] == 650
-    for n in range(30, 37):
+    for n in range(30, 39):
         assert sources[f"gate-train-{n}.jsonl"] == 312, n
     assert sources["exemplars.jsonl"] > 0
     en = [row for row in rows if row.source == "gate-train-en.jsonl"]
