@@ -384,23 +384,24 @@ _QUOTE_SPAN = 400
 @functools.lru_cache(maxsize=64)
 def _unquoted(text: str) -> str:
     """``text`` with what lies between quotation marks (“ ”, « », „ “, straight double quotes)
-    blanked, the marks and the length kept: where a frame's turn is looked for."""
-    chars = list(text)
+    blanked, the marks and the length kept: where a frame's turn is looked for.
+
+    Only closed quotations, at most ``_QUOTE_SPAN`` long, are blanked (unlike :func:`_quotation`,
+    which lets a match end in a quotation never closed): a stray mark must not hide a turn."""
     closing_of = {**_QUOTE_PAIRS, '"': '"'}
-    i = 0
-    while i < len(chars):
-        closing = closing_of.get(chars[i])
-        if closing is None:
-            i += 1
-            continue
-        shut = text.find(closing, i + 1)
+    parts: list[str] = []
+    kept = i = 0
+    while i < len(text):
+        closing = closing_of.get(text[i])
+        shut = -1 if closing is None else text.find(closing, i + 1)
         if shut == -1 or shut - i > _QUOTE_SPAN:
             i += 1
             continue
-        for k in range(i + 1, shut):
-            chars[k] = " "
-        i = shut + 1
-    return "".join(chars)
+        parts += [text[kept : i + 1], " " * (shut - i - 1)]
+        kept = i = shut
+        i += 1
+    parts.append(text[kept:])
+    return "".join(parts)
 
 
 def _quotation(text: str, start: int, end: int) -> tuple[int, int] | None:

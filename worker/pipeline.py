@@ -281,6 +281,7 @@ class AnswerPipeline:
         strict rules and the lexical head still judge it). Without a vector there is no second
         opinion and the rule's refusal stands."""
         intent = self.intent if flags.intent_layer and flags.posts_pipeline else None
+        decision: GateDecision | None = None
         ruled: GateDecision | None = None
         if flags.input_gate:
             with self._stage(trace, "gate") as st:
@@ -307,11 +308,10 @@ class AnswerPipeline:
         with self._stage(trace, "intent") as st:
             # The layer's lexical floor reads the lexical head's score of the same question (the
             # gate's decision carries it only when no rule hit).
-            lexical = (
-                self.gate.lexical_score(question)
-                if ruled is not None or not flags.input_gate
-                else decision.lexical_score
-            )
+            if decision is not None and not decision.hit:
+                lexical = decision.lexical_score
+            else:
+                lexical = self.gate.lexical_score(question)
             verdict = intent.check(vector, lexical_score=lexical)
             st.info.update(hit=verdict.hit, category=verdict.category, score=verdict.score)
             st.info["threshold"] = verdict.threshold

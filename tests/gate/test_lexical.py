@@ -143,20 +143,26 @@ def test_the_decision_carries_the_heads_score_when_the_head_judged() -> None:
     assert Gate(parse_rules(RULES, source="t")).lexical_score("anything") is None
 
 
-VETO_RULES = """
+VETO_HEADER = """
 version = 1
 strict_categories = ["weapons"]
+"""
+STRICT_RULE = """
 [[rules]]
 id = "weapons.strict"
 category = "weapons"
 language = "en"
 strict = true
 patterns = ['''\\bpipe bomb\\b''']
+"""
+LOOSE_RULE = """
 [[rules]]
 id = "drugs.loose"
 category = "drugs"
 language = "en"
 patterns = ['''\\bcook meth\\b''']
+"""
+VETO_REPLIES = """
 [replies.weapons]
 en = "No weapons."
 fr = "Pas d'armes."
@@ -164,6 +170,7 @@ fr = "Pas d'armes."
 en = "No drugs."
 fr = "Pas de drogues."
 """
+VETO_RULES = VETO_HEADER + STRICT_RULE + LOOSE_RULE + VETO_REPLIES
 
 
 def vetoing(veto: float | None) -> LexicalHead:
@@ -230,27 +237,7 @@ def test_a_veto_above_the_bias_never_drops_a_hit_on_a_question_of_unknown_words(
 
 
 # The same rules, the benign-reading one first in the file.
-LOOSE_FIRST = """
-version = 1
-strict_categories = ["weapons"]
-[[rules]]
-id = "drugs.loose"
-category = "drugs"
-language = "en"
-patterns = ['''\\bcook meth\\b''']
-[[rules]]
-id = "weapons.strict"
-category = "weapons"
-language = "en"
-strict = true
-patterns = ['''\\bpipe bomb\\b''']
-[replies.weapons]
-en = "No weapons."
-fr = "Pas d'armes."
-[replies.drugs]
-en = "No drugs."
-fr = "Pas de drogues."
-"""
+LOOSE_FIRST = VETO_HEADER + LOOSE_RULE + STRICT_RULE + VETO_REPLIES
 
 
 def test_a_caller_can_ask_for_the_strict_rules_alone() -> None:
