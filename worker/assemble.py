@@ -26,6 +26,7 @@ from worker.generation.factory import chat_model_from
 from worker.limits import RateLimiter
 from worker.pipeline import AnswerPipeline
 from worker.protocols import Indexer
+from worker.recheck import SourceCheck
 from worker.retrieval.factory import build_retriever, second_embedder
 from worker.runtime import Answerer, Once, Runtime
 from worker.seams import INDEXER, resolve
@@ -115,7 +116,7 @@ def build_answerer(runtime: Runtime) -> AnswerPipeline:
     retriever = build_retriever(
         s,
         connections=runtime.pool.connection,
-        keyword=runtime.forum,
+        keyword=runtime.forum.reader(),
         http=runtime.http,
         embedder=runtime.embedder(),
         excerpt_embedder=runtime.excerpt_embedder(),
@@ -130,4 +131,5 @@ def build_answerer(runtime: Runtime) -> AnswerPipeline:
         chat=chat_model_from(s.llm, runtime.http),
         limiter=RateLimiter(runtime.redis, s.limits, s.redis.namespace),
         intent=load_intent_layer(s, gate),
+        recheck=SourceCheck(retriever.index, runtime.forum.reader()),
     )

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -38,17 +38,18 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from gate import Gate, GateDecision, IntentLayer, canned_text, detect_language
-from sanitizer import LinkGrain, sanitize
+from sanitizer import LinkGrain, SanitizeResult, sanitize
 from worker import answers
-from worker.domain import Delivery, ForumPost, PendingPost, Source, Zone
+from worker.domain import Completion, Delivery, ForumPost, PendingPost, Source, Zone
 from worker.errors import CitebotError, NotFoundError, PermanentError, TransientError
 from worker.flags import FlagReader, Flags
-from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
+from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, Prompt, build_prompt
 from worker.html_text import html_to_text
 from worker.limits import RateLimiter
 from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
 from worker.question import extract_question, question_for
+from worker.recheck import Recheck, SourceCheck
 from worker.retrieval.pipeline import Retriever
 from worker.settings import Settings
 from worker.trace import Trace
@@ -93,6 +94,7 @@ class AnswerPipeline:
         chat: ChatModel,
         limiter: RateLimiter | None = None,
         intent: IntentLayer | None = None,
+        recheck: SourceCheck | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
@@ -103,6 +105,7 @@ class AnswerPipeline:
         self.chat = chat
         self.limiter = limiter
         self.intent = intent
+        self.recheck = recheck
 
     # -- entry point -------------------------------------------------------------------------------
 
@@ -216,16 +219,63 @@ class AnswerPipeline:
             trace=self._trace_dict(trace),
         )
 
-        # stage 4: generation
+        # stages 4–5: generation and sanitizing, then the last check of the sources (worker.recheck):
+        # a source no longer visible to every reader is dropped and the reply written again without it
         grain: LinkGrain = "post" if (flags.post_links and result.grain == "post") else "topic"
+        source_grain: LinkGrain = "post" if result.grain == "post" else "topic"
+        prompt, completion, clean = self._write(
+            question, result.sources, result.zone, result.floor, grain, trace
+        )
+        with self._stage(trace, "recheck") as st:
+            check = self._recheck(prompt.sources_used, source_grain)
+            st.counts = {"sources": len(prompt.sources_used), "dropped": len(check.dropped)}
+        if check.changed:
+            dropped_ids = [post for post, _why in check.dropped]
+            log.info(
+                "%d source(s) no longer visible; reply rebuilt without them",
+                len(dropped_ids),
+                extra={"post_id": post_id},
+            )
+            trace.fallback("recheck", "dropped " + "; ".join(f"{p}: {why}" for p, why in check.dropped))
+            FALLBACKS.labels("recheck", "source_not_visible").inc()
+            zone: Zone = prompt.zone if check.kept else "abstain"
+            prompt, completion, clean = self._write(question, check.kept, zone, result.floor, grain, trace)
+        reply = clean.text
+        if completion.offline:
+            reply = f"{reply}\n\n{OFFLINE_FOOTER if clean.cited else OFFLINE_NOTE}"
+        ZONES.labels(prompt.zone).inc()
+        answers.transition(
+            conn,
+            post_id,
+            ["retrieved"],
+            "generated",
+            zone=prompt.zone,
+            sources=[_source_json(s) for s in prompt.sources_used],
+            reply_raw=reply,
+            trace=self._trace_dict(trace, kind="answer", grain=grain, source_grain=source_grain),
+        )
+        # stage 6: post
+        return self._post(conn, post_id, resumed=False)
+
+    def _write(
+        self,
+        question: str,
+        sources: Sequence[Source],
+        zone: Zone,
+        floor: float | None,
+        grain: LinkGrain,
+        trace: Trace,
+    ) -> tuple[Prompt, Completion, SanitizeResult]:
+        """Stage 4 (prompt + LLM) and stage 5 (sanitize) over ``sources``; raises PermanentError when
+        the sanitizer cannot make the reply safe (nothing is posted)."""
         with self._stage(trace, "prompt") as st:
             prompt = build_prompt(
                 question,
-                result.sources,
-                result.zone,
+                sources,
+                zone,
                 bot_name=self.settings.discourse.bot_username,
                 token_budget=self.settings.llm.context_tokens,
-                floor=result.floor,
+                floor=floor,
             )
             st.info.update(prompt.trace())
         with self._stage(trace, "generate") as st:
@@ -234,8 +284,6 @@ class AnswerPipeline:
             st.info["offline"] = completion.offline
             st.counts["prompt_tokens"] = completion.usage.prompt_tokens
             st.counts["completion_tokens"] = completion.usage.completion_tokens
-
-        # stage 5: sanitize
         with self._stage(trace, "sanitize") as st:
             evidence = [s.as_evidence() for s in prompt.sources_used]
             clean = sanitize(
@@ -252,22 +300,13 @@ class AnswerPipeline:
             raise PermanentError(
                 "the sanitizer could not make the reply safe; nothing posted", service="sanitizer"
             )
-        reply = clean.text
-        if completion.offline:
-            reply = f"{reply}\n\n{OFFLINE_FOOTER if clean.cited else OFFLINE_NOTE}"
-        ZONES.labels(prompt.zone).inc()
-        answers.transition(
-            conn,
-            post_id,
-            ["retrieved"],
-            "generated",
-            zone=prompt.zone,
-            sources=[_source_json(s) for s in prompt.sources_used],
-            reply_raw=reply,
-            trace=self._trace_dict(trace, kind="answer", grain=grain),
-        )
-        # stage 6: post
-        return self._post(conn, post_id, resumed=False)
+        return prompt, completion, clean
+
+    def _recheck(self, sources: Sequence[Source], grain: LinkGrain) -> Recheck:
+        """The last check of ``sources`` (``worker.recheck``); without a checker every source stands."""
+        if self.recheck is None:
+            return Recheck(tuple(sources), ())
+        return self.recheck.recheck(sources, grain)
 
     def _screen(
         self, question: str, flags: Flags, trace: Trace
@@ -341,6 +380,8 @@ class AnswerPipeline:
         )
         started = time.perf_counter()
         existing = self._existing_reply(row) if resumed else None
+        if resumed and existing is None:
+            self._recheck_stored(conn, row)
         reply_number: int | None = None
         if existing is not None:
             log.info("reply already on the forum; recording it", extra={"post_id": post_id})
@@ -367,6 +408,23 @@ class AnswerPipeline:
         )
         log.info("answered (%s)", final, extra={"post_id": post_id, "topic_id": row.topic_id})
         return Outcome(post_id, final, "resumed" if resumed else "", reply_id)
+
+    def _recheck_stored(self, conn: psycopg.Connection[Any], row: answers.Answer) -> None:
+        """A reply generated by an earlier attempt is checked again before it is posted: if one of its
+        sources is no longer visible, the row goes back to ``retrieved`` and the retry writes it anew
+        (TransientError); the inline check of ``_advance`` covers the normal path."""
+        trace = row.trace if isinstance(row.trace, dict) else {}
+        if trace.get("kind") != "answer" or not row.sources:
+            return  # a canned refusal or an apology cites nothing
+        grain: LinkGrain = "post" if trace.get("source_grain", trace.get("grain")) == "post" else "topic"
+        sources = [_source_from_json(s) for s in row.sources if isinstance(s, dict)]
+        check = self._recheck(sources, grain)
+        if not check.changed:
+            return
+        why = "a source is no longer visible: " + "; ".join(f"{p}: {w}" for p, w in check.dropped)
+        answers.transition(conn, row.post_id, ["generated"], "retrieved", error=why)
+        FALLBACKS.labels("recheck", "source_not_visible").inc()
+        raise TransientError(why + " (the reply is written again)", service="citebot")
 
     def _held(
         self, conn: psycopg.Connection[Any], row: answers.Answer, pending: PendingPost, started: float
@@ -492,6 +550,20 @@ def _source_json(source: Source) -> dict[str, object]:
         "title": source.title,
         "score": source.score,
     }
+
+
+def _source_from_json(data: dict[str, Any]) -> Source:
+    """A stored source (``_source_json``) back as a ``Source``; its excerpt is not stored."""
+    return Source(
+        n=int(data.get("n") or 0),
+        post_id=int(data.get("post_id") or 0),
+        topic_id=int(data.get("topic_id") or 0),
+        post_number=int(data.get("post_number") or 1),
+        slug=str(data.get("slug") or ""),
+        title=str(data.get("title") or ""),
+        excerpt="",
+        score=data.get("score") if isinstance(data.get("score"), int | float) else None,
+    )
 
 
 def _looks_french(row: answers.Answer) -> bool:

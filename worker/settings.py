@@ -45,6 +45,12 @@ class DiscourseSettings(BaseModel):
         SecretStr(""), description="Webhook secret set in Discourse (>= 12 characters); required to accept."
     )
     answer_pms: bool = Field(False, description="Answer private messages addressed to the bot.")
+    reader_username: str = Field(
+        "",
+        description="Who searches and re-checks sources: empty = anonymous (no key sent, the default);"
+        " else a member with no groups, acting through the API key (for login-required forums)."
+        " Never the bot: its admin rights see staff categories and whispers.",
+    )
     timeout_s: float = Field(10.0, gt=0, description="Timeout of one API call.")
     site_api_limit_per_minute: int = Field(
         60,
@@ -75,6 +81,18 @@ class DiscourseSettings(BaseModel):
         if 2 * self.api_reserve >= self.api_burst:
             raise ValueError(
                 "api_reserve must be less than half of api_burst (the backfill keeps 2x reserve)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _reader_is_not_the_bot(self) -> DiscourseSettings:
+        reader = self.reader_username.strip()
+        if reader and (any(c.isspace() or c == "@" for c in reader)):
+            raise ValueError("reader_username must be a Discourse username without '@' or spaces")
+        if reader.lower() in {self.api_username.lower(), self.bot_username.lower()}:
+            raise ValueError(
+                "reader_username must not be the bot: searches made with its rights cite what members"
+                " may not read (leave it empty for anonymous)"
             )
         return self
 

@@ -2,7 +2,8 @@
 
 The injected client carries the timeout (``settings.discourse.timeout_s`` at the composition root).
 
-Every call goes through ``_request``, which adds the ``Api-Key``/``Api-Username`` headers and sends it
+Every call goes through ``_request``, which adds the ``Api-Key``/``Api-Username`` headers (none for the
+anonymous reader, ``reader()``: searches never run with the bot's rights) and sends it
 through ``worker.clients.http`` (the one outbound call path and its status table): 429 →
 ``RateLimitedError`` (wait from ``Retry-After`` or ``extras.wait_seconds``), 408/5xx/timeouts →
 ``ServiceUnavailableError``, 400/413/422 → ``ValidationError`` with Discourse's ``errors``, 401/403 →
@@ -54,20 +55,49 @@ class DiscourseClient:
         *,
         budget: ApiBudget | None = None,
         priority: Priority = "answer",
+        reader: bool = False,
     ) -> None:
         self._http = http
         self._settings = settings
         self._base = settings.base_url
         self._budget = budget if budget is not None else ApiBudget(settings)
         self._priority: Priority = priority
+        self._reader = reader
 
     @property
     def priority(self) -> Priority:
         return self._priority
 
+    @property
+    def identity(self) -> str:
+        """Who the requests act as: the bot's API user, a reader member, or ``anonymous``."""
+        if not self._reader:
+            return self._settings.api_username
+        return self._settings.reader_username.strip() or "anonymous"
+
+    @property
+    def anonymous(self) -> bool:
+        return self._reader and not self._settings.reader_username.strip()
+
     def at(self, priority: Priority) -> DiscourseClient:
         """This client at another priority of the shared budget."""
-        return DiscourseClient(self._http, self._settings, budget=self._budget, priority=priority)
+        return DiscourseClient(
+            self._http, self._settings, budget=self._budget, priority=priority, reader=self._reader
+        )
+
+    def reader(self) -> DiscourseClient:
+        """This client as the reader: what any member may read, never the bot's own rights.
+
+        Discourse answers a request as the user its ``Api-Key`` acts as: with the bot's (an admin) key,
+        ``/search.json`` returns read-restricted categories and whispers (``lib/search.rb`` reads
+        ``guardian.secure_category_ids``; admins are whisperers). The reader is anonymous by default:
+        no key is sent, so the admin-API bucket is not spent (``DefaultCurrentUserProvider`` counts
+        every request with a key) and Discourse's own anonymous limits apply
+        (``SearchController#rate_limit_search``). ``discourse.reader_username`` names a member with no
+        groups instead, for forums where anonymous visitors may not read (``login_required``)."""
+        return DiscourseClient(
+            self._http, self._settings, budget=self._budget, priority=self._priority, reader=True
+        )
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -205,12 +235,12 @@ class DiscourseClient:
         params: Any = None,
         json: Json | None = None,
     ) -> Json:
-        self._budget.acquire(self._priority)
-        headers = {
-            "Api-Key": self._settings.api_key.get_secret_value(),
-            "Api-Username": self._settings.api_username,
-            "Accept": "application/json",
-        }
+        keyed = not self.anonymous
+        headers = {"Accept": "application/json"}
+        if keyed:
+            self._budget.acquire(self._priority)
+            headers["Api-Key"] = self._settings.api_key.get_secret_value()
+            headers["Api-Username"] = self.identity
         what = f"{method} {path}"
         response = outbound.send(
             self._http,
@@ -226,8 +256,9 @@ class DiscourseClient:
             data = outbound.json_body(SERVICE, response, what=what) if response.content else {}
             return data if isinstance(data, dict) else {"items": data}
         error = map_error(method, path, response)
-        if isinstance(error, RateLimitedError):
-            # The site's budget is spent (by us or by another integration): everyone waits.
+        if isinstance(error, RateLimitedError) and keyed:
+            # The site's budget is spent (by us or by another integration): everyone waits. An
+            # anonymous 429 is Discourse's per-address limit, not the admin bucket: only this call fails.
             self._budget.pause(error.retry_after if error.retry_after is not None else 60.0)
         raise error
 

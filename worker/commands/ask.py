@@ -58,7 +58,7 @@ def _ask(args: argparse.Namespace) -> int:
     with httpx.Client() as http:
         pool = open_pool(settings.database, max_size=2)
         try:
-            forum = DiscourseClient(http, settings.discourse, budget=shared_budget(settings))
+            forum = DiscourseClient(http, settings.discourse, budget=shared_budget(settings)).reader()
             with build_retriever(
                 settings, connections=pool.connection, keyword=forum, http=http
             ) as retriever:

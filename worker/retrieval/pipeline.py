@@ -536,6 +536,27 @@ class Retriever:
             st.counts = {"keyword_only": len(only_keyword), "indexed": len(indexed), "dropped": dropped}
         return out
 
+    def _citable_hits(self, hits: tuple[Candidate, ...], reason: str, trace: Trace) -> tuple[Candidate, ...]:
+        """The legacy hits whose topic the index also holds as public, where the index can tell.
+
+        The search ran as the reader (anonymous by default), so its hits are what an anonymous reader
+        can find; the index adds what the events know (a category made private, a topic unlisted, a
+        post hidden). With the flag off or the embedder down the index has rows and is asked; when it
+        is empty or unreachable the hits stand as the search gave them (the last check before posting
+        re-reads each source as the reader)."""
+        index = self.index
+        if not hits or index is None or reason.startswith(("index empty", "index unavailable")):
+            return hits
+        with trace.stage("legacy_citable") as st:
+            try:
+                citable = index.citable_topics(list(dict.fromkeys(h.topic_id for h in hits)))
+            except TransientError as exc:
+                st.fallback = _reason(exc)
+                return hits
+            kept = tuple(h for h in hits if h.topic_id in citable)
+            st.counts = {"hits": len(hits), "kept": len(kept)}
+        return kept
+
     def _legacy(
         self,
         question: str,
@@ -552,6 +573,7 @@ class Retriever:
             hits = pending.result().candidates  # the branch already ran; its errors propagate
         elif self.keyword is not None:
             hits = self._keyword(question, exclude_post_ids, trace).candidates
+        hits = self._citable_hits(hits, reason, trace)
         with trace.stage("aggregate") as st:
             sources = build_sources(hits, self.settings.sources_k)
             st.counts = {"candidates": len(hits), "sources": len(sources)}

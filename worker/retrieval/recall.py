@@ -92,6 +92,16 @@ WHERE p.post_id = ANY(%s::bigint[])
        OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
 """
 
+# Topics with at least one post the index holds as citable now: the legacy path's hits (Discourse
+# search, topic grain) are kept only where the index agrees that the topic is public.
+CITABLE_TOPICS_SQL = """
+SELECT DISTINCT p.topic_id
+FROM post_index p
+WHERE p.topic_id = ANY(%s::bigint[])
+  AND (p.category_id IS NULL
+       OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+"""
+
 NEIGHBOURS_SQL = """
 SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id
 FROM post_index p
@@ -144,6 +154,10 @@ class PostIndex(Protocol):
 
     def posts(self, post_ids: Sequence[int]) -> dict[int, Candidate]:
         """The eligible indexed posts among ``post_ids`` (to give keyword hits their full text)."""
+        ...
+
+    def citable_topics(self, topic_ids: Sequence[int]) -> frozenset[int]:
+        """The topics among ``topic_ids`` with at least one eligible indexed post (legacy hits)."""
         ...
 
     def restricted_categories(self) -> frozenset[int]:
@@ -285,6 +299,13 @@ class PostgresPostIndex:
         with self._statement() as conn:
             rows = conn.execute(POSTS_SQL, (list(post_ids),)).fetchall()
         return {int(r[0]): _candidate(r) for r in rows}
+
+    def citable_topics(self, topic_ids: Sequence[int]) -> frozenset[int]:
+        if not topic_ids:
+            return frozenset()
+        with self._statement() as conn:
+            rows = conn.execute(CITABLE_TOPICS_SQL, (list(topic_ids),)).fetchall()
+        return frozenset(int(r[0]) for r in rows)
 
     def restricted_categories(self) -> frozenset[int]:
         with self._statement() as conn:
