@@ -499,3 +499,65 @@ def test_with_the_layer_off_the_rule_refuses_without_an_embedding(world: World) 
     world.ask(925, 1, f"@citebot {LOOSE_RULE_QUESTION}")
     assert world.pipeline.run(925).state == "refused"
     assert "intent" not in _stages(world.row(925))
+
+
+# -- the last check before posting (issue 32) ------------------------------------------------------
+
+
+class _HidingChat(FakeChatModel):
+    """A model during whose first answer a moderator hides a post: the events take it out of the index."""
+
+    def __init__(self, pool: ConnectionPool, hide: list[int], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pool = pool
+        self.hide = hide
+
+    def complete(self, messages: Any) -> Any:
+        if self.hide:
+            with self.pool.connection() as conn:
+                conn.execute("DELETE FROM post_index WHERE post_id = ANY(%s)", (self.hide,))
+            self.hide = []
+        return super().complete(messages)
+
+
+def _with_recheck(world: World) -> None:
+    from worker.recheck import SourceCheck
+
+    world.pipeline.recheck = SourceCheck(world.pipeline.retriever.index, world.forum)
+
+
+def test_a_source_hidden_while_the_reply_was_written_is_dropped_and_the_reply_rebuilt(
+    db_url: str, redis_url: str
+) -> None:
+    gen = build_world(db_url, redis_url, FakeChatModel(default="Raise the shadow bias [[1]] [[2]]."))
+    world = next(gen)
+    try:
+        chat = _HidingChat(world.pool, [12], default="Raise the shadow bias [[1]] [[2]].")
+        world.pipeline.chat = chat
+        _with_recheck(world)
+        world.ask(930, 2, "@citebot how do I stop shadow flicker with the shadow bias?")
+        assert world.pipeline.run(930).state in {"posted", "abstained"}
+        row = world.row(930)
+        assert 12 not in [s["post_id"] for s in row.sources]
+        assert chat.calls == 2  # written once, then again without the hidden source
+        assert "/t/shadow-maps-flicker/1/2" not in (world.forum.created[0].raw or "")
+        assert any(f["stage"] == "recheck" for f in row.trace["fallbacks"])
+    finally:
+        next(gen, None)
+
+
+def test_when_no_source_is_left_the_reply_abstains(db_url: str, redis_url: str) -> None:
+    gen = build_world(db_url, redis_url, FakeChatModel(default="Raise the shadow bias [[1]]."))
+    world = next(gen)
+    try:
+        every = [c[0] for c in CORPUS]
+        chat = _HidingChat(world.pool, every, default="Raise the shadow bias [[1]].")
+        world.pipeline.chat = chat
+        _with_recheck(world)
+        world.ask(931, 2, "@citebot how do I stop shadow flicker with the shadow bias?")
+        outcome = world.pipeline.run(931)
+        row = world.row(931)
+        assert (outcome.state, row.zone, row.sources) == ("abstained", "abstain", [])
+        assert "https://forum.test/t/" not in (world.forum.created[0].raw or "")
+    finally:
+        next(gen, None)

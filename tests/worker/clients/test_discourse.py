@@ -304,3 +304,69 @@ def test_background_callers_leave_the_reserve_to_answers() -> None:
     waits = [budget._try(f) for f in (4, 2, 0)]  # bulk, background, answer
     assert waits[0] > 0
     assert waits[1:] == [0.0, 0.0]
+
+
+# -- the reader identity (issue 32: searches never run with the bot's admin rights) --------------------
+
+
+@respx.mock
+def test_reader_is_anonymous_by_default_and_spends_no_admin_budget() -> None:
+    """Discourse counts every request that carries an ``Api-Key`` against the site's admin bucket
+    (``lib/auth/default_current_user_provider.rb``) and answers it with the key user's rights: the
+    reader sends no key, so the search sees what an anonymous visitor sees."""
+    settings = DiscourseSettings(base_url=BASE, api_key="k-123", api_username="citebot")  # type: ignore[arg-type, call-arg]
+    budget = ApiBudget(settings)
+    taken: list[str] = []
+    budget.acquire = lambda priority: taken.append(priority) or 0.0  # type: ignore[method-assign, func-returns-value]
+    bot = DiscourseClient(httpx.Client(), settings, budget=budget)
+    reader = bot.reader()
+    route = respx.get(f"{BASE}/search.json").respond(json={"posts": [], "topics": []})
+    assert reader.search("shader precision") == []
+    request = route.calls.last.request
+    assert "Api-Key" not in request.headers
+    assert "Api-Username" not in request.headers
+    assert reader.identity == "anonymous"
+    assert taken == []
+    bot.search("shader precision")  # the bot's own call still takes its token
+    assert taken == ["answer"]
+    assert route.calls.last.request.headers["Api-Username"] == "citebot"
+
+
+@respx.mock
+def test_reader_anonymous_429_fails_the_call_without_pausing_the_admin_budget() -> None:
+    settings = DiscourseSettings(base_url=BASE, api_key="k-123", api_username="citebot")  # type: ignore[arg-type, call-arg]
+    budget = ApiBudget(settings)
+    paused: list[float] = []
+    budget.pause = paused.append  # type: ignore[method-assign, assignment]
+    reader = DiscourseClient(httpx.Client(), settings, budget=budget).reader()
+    respx.get(f"{BASE}/search.json").respond(
+        429, headers={"Retry-After": "30"}, json={"errors": ["slow down"], "error_type": "rate_limit"}
+    )
+    with pytest.raises(RateLimitedError):
+        reader.search("shader precision")
+    assert paused == []
+
+
+@respx.mock
+def test_reader_member_acts_through_the_key_as_that_member() -> None:
+    settings = DiscourseSettings(  # type: ignore[call-arg]
+        base_url=BASE,
+        api_key="k-123",  # type: ignore[arg-type]
+        api_username="citebot",
+        reader_username="plain_member",
+    )
+    reader = DiscourseClient(httpx.Client(), settings).reader()
+    route = respx.get(f"{BASE}/t/7.json").respond(json={"id": 7, "title": "t", "post_stream": {"posts": []}})
+    reader.get_topic(7)
+    request = route.calls.last.request
+    assert request.headers["Api-Key"] == "k-123"
+    assert request.headers["Api-Username"] == "plain_member"
+    assert reader.at("background").identity == "plain_member"
+
+
+@pytest.mark.parametrize("name", ["citebot", "CiteBot", "forumbot"])
+def test_the_reader_may_not_be_the_bot(name: str) -> None:
+    with pytest.raises(ValueError, match="reader_username must not be the bot"):
+        DiscourseSettings(  # type: ignore[call-arg]
+            base_url=BASE, api_username="citebot", bot_username="forumbot", reader_username=name
+        )

@@ -189,6 +189,31 @@ def test_legacy_when_the_posts_pipeline_is_off(conn: psycopg.Connection) -> None
     assert result.trace.fallbacks == [{"stage": "retrieval", "reason": "legacy: posts pipeline off"}]
 
 
+def test_legacy_keeps_only_hits_whose_topic_the_index_holds_as_citable(conn: psycopg.Connection) -> None:
+    """Issue 32: with the flag off the index still knows what is public; a hit of a topic it does not
+    hold (a staff category, a whisper's topic, a PM an admin search found) is never a source."""
+    fill(conn)
+    s = settings()
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
+    search = CannedSearch(default=[hit(91, 9), hit(41, 4), hit(77, 7), hit(21, 2)])
+    with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
+        result = retriever.retrieve(QUESTION, use_posts=False)
+    assert [src.topic_id for src in result.sources] == [4, 2]
+    stage = next(st for st in result.trace.stages if st.name == "legacy_citable")
+    assert stage.counts == {"hits": 4, "kept": 2}
+
+
+def test_legacy_over_an_empty_index_keeps_the_readers_hits(conn: psycopg.Connection) -> None:
+    """Nothing to intersect with: the hits are the reader's (anonymous) search, re-read before posting."""
+    s = settings()
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
+    search = CannedSearch(default=[hit(91, 9), hit(41, 4)])
+    with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
+        result = retriever.retrieve(QUESTION)
+    assert result.legacy_reason == "index empty"
+    assert [src.topic_id for src in result.sources] == [9, 4]
+
+
 def test_legacy_when_the_index_is_empty_and_the_check_is_cached(conn: psycopg.Connection) -> None:
     s = settings(index_check_ttl_s=60)
     now = [1000.0]
