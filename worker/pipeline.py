@@ -70,6 +70,16 @@ OPEN_STATES: tuple[answers.AnswerState, ...] = tuple(
 
 
 @dataclass(frozen=True, slots=True)
+class Screen:
+    """Stage 0's verdict: the refusal (if any), the vector the intent layer embedded (recall reuses
+    it), and the error that kept the question from being embedded (recall then goes legacy at once)."""
+
+    refusal: GateDecision | None
+    vector: list[float] | None
+    embed_error: CitebotError | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What one call of ``answer`` did (for tests, logs and the reliability suite)."""
 
@@ -184,7 +194,8 @@ class AnswerPipeline:
         trace.info["language"] = detect_language(question)
 
         # stage 0: the gate, its rules and its embedding layer; either refuses the same way
-        refusal, vector = self._screen(question, flags, trace)
+        screen = self._screen(question, flags, trace)
+        refusal, vector = screen.refusal, screen.vector
         if refusal is not None:
             answers.transition(
                 conn,
@@ -206,6 +217,7 @@ class AnswerPipeline:
                 use_rerank=flags.rerank,
                 trace=trace,
                 query_vector=vector,
+                embed_error=screen.embed_error,
             )
         for fb in result.trace.fallbacks:
             FALLBACKS.labels(fb["stage"], fb["reason"].split(":")[0][:40]).inc()
@@ -308,9 +320,7 @@ class AnswerPipeline:
             return Recheck(tuple(sources), ())
         return self.recheck.recheck(sources, grain)
 
-    def _screen(
-        self, question: str, flags: Flags, trace: Trace
-    ) -> tuple[GateDecision | None, list[float] | None]:
+    def _screen(self, question: str, flags: Flags, trace: Trace) -> Screen:
         """Stage 0's one refusal, if the rules or the embedding layer (docs/gate.md) hit, and the vector the
         layer embedded (recall reuses it). An intent hit is a ``GateDecision`` like a rule's: rule
         ``intent.<category>``, that category's canned reply in the question's language.
@@ -330,20 +340,27 @@ class AnswerPipeline:
                 st.info["category"] = decision.category
             if decision.hit:
                 if not (intent is not None and intent.rule_veto is not None and decision.benign_reading):
-                    return decision, None
+                    return Screen(decision, None)
                 ruled = decision
         if intent is None:
-            return None, None
+            return Screen(None, None)
         try:
             vector = self.retriever.embed_question(question, trace)
         except CitebotError as exc:
             if ruled is None:
-                raise
+                # The layer cannot run: the rules have decided (no hit) and recall, which needs the same
+                # embedding, goes straight to the legacy path (docs/gate.md, docs/retrieval.md).
+                log.warning(
+                    "intent layer skipped, the question could not be embedded: %s", type(exc).__name__
+                )
+                trace.fallback("intent", f"layer skipped: {type(exc).__name__}")
+                FALLBACKS.labels("intent", "embedding_failed").inc()
+                return Screen(None, None, exc)
             log.warning("rule veto skipped, the question could not be embedded: %s", type(exc).__name__)
             trace.info["rule_veto_skipped"] = type(exc).__name__
-            return ruled, None
+            return Screen(ruled, None, exc)
         if vector is None:
-            return ruled, None
+            return Screen(ruled, None)
         with self._stage(trace, "intent") as st:
             # The layer's lexical floor reads the lexical head's score of the same question (the
             # gate's decision carries it only when no rule hit).
@@ -359,17 +376,18 @@ class AnswerPipeline:
             if ruled is not None:
                 if not intent.vetoes_rule(verdict, lexical_score=lexical):
                     st.info["rule_upheld"] = ruled.rule_id
-                    return ruled, vector
+                    return Screen(ruled, vector)
                 st.info["rule_vetoed"] = ruled.rule_id
                 st.info["rule_veto"] = intent.rule_veto
                 strict = self.gate.check(question, benign_reading=False)
                 if strict.hit:
-                    return strict, vector
+                    return Screen(strict, vector)
         if not verdict.hit:
-            return None, vector
+            return Screen(None, vector)
         language = str(trace.info["language"])
         reply = self.gate.rules.replies[verdict.category].text(language)
-        return GateDecision(True, f"intent.{verdict.category}", verdict.category, language, reply), vector
+        hit = GateDecision(True, f"intent.{verdict.category}", verdict.category, language, reply)
+        return Screen(hit, vector)
 
     def _post(self, conn: psycopg.Connection[Any], post_id: int, *, resumed: bool) -> Outcome:
         row = answers.get(conn, post_id)

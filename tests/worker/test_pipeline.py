@@ -561,3 +561,26 @@ def test_when_no_source_is_left_the_reply_abstains(db_url: str, redis_url: str) 
         assert "https://forum.test/t/" not in (world.forum.created[0].raw or "")
     finally:
         next(gen, None)
+
+
+# -- issue 33: the embedder down with the intent layer on -------------------------------------------
+
+
+def test_embedder_down_with_the_intent_layer_on_answers_by_the_legacy_path_at_once(world: World) -> None:
+    """The layer needs the embedding; without it the rules have decided and recall goes legacy in the
+    same attempt (it used to raise, and the question waited through every retry for the embedder)."""
+    world.pipeline.intent = _intent_layer(world, "what tool hurts a person the most without leaving marks")
+    world.forum.flags_on(intent_layer=True)
+    embedder = world.pipeline.retriever.embedder
+    assert isinstance(embedder, FakeEmbedder)
+    embedder.fail_with = ServiceUnavailableError("embedder down", service="embeddings")
+    before = len(embedder.calls)
+    world.ask(926, 1, "@citebot how do I stop shadow flicker with the shadow bias?")
+    outcome = world.pipeline.run(926)
+    assert outcome.state == "posted"
+    row = world.row(926)
+    assert row.attempts == 1
+    fallbacks = {f["stage"]: f["reason"] for f in row.trace["fallbacks"]}
+    assert fallbacks["intent"] == "layer skipped: ServiceUnavailableError"
+    assert fallbacks["retrieval"].startswith("legacy: ServiceUnavailableError")
+    assert len(embedder.calls) - before <= 1  # one try, not one more for recall

@@ -178,11 +178,14 @@ class Retriever:
         use_excerpt: bool = True,
         trace: Trace | None = None,
         query_vector: Sequence[float] | None = None,
+        embed_error: CitebotError | None = None,
     ) -> RetrievalResult:
         """Sources and zone for ``question``; ``neighbours``, ``use_lexical`` and ``use_stage`` default
         to ``settings.neighbours``, ``settings.lexical`` and ``settings.second_stage``;
         ``use_vector=False`` leaves the cosine channel out (the eval measures the lexical one alone);
-        ``use_excerpt=False`` keeps the second bi-encoder out of the second stage (the eval compares)."""
+        ``use_excerpt=False`` keeps the second bi-encoder out of the second stage (the eval compares);
+        ``embed_error`` is the error of an embedding the caller already tried for this question (the
+        gate's intent layer): the legacy path is taken at once instead of waiting on the embedder again."""
         trace = trace or Trace()
         s = self.settings
         lexical_on = (s.lexical if use_lexical is None else use_lexical) and self.lexical is not None
@@ -199,6 +202,8 @@ class Retriever:
             "neighbours": s.neighbours if neighbours is None else neighbours,
         }
         reason = self._legacy_reason(use_posts, trace)
+        if reason is None and embed_error is not None and use_vector:
+            reason = _reason(embed_error)
         if reason is not None:
             return self._legacy(question, exclude_post_ids, trace, reason, None)
 
