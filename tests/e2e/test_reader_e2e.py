@@ -101,7 +101,8 @@ def test_legacy_answers_never_see_staff_topics_or_whispers(stack: Stack, path: s
     assert not _llm_saw(stack, WHISPER_SECRET)
     assert {s["topic_id"] for s in row["sources"]}.isdisjoint({20, 12})
     raw = stack.raw(row["reply_post_id"])
-    assert STAFF_SECRET not in raw and WHISPER_SECRET not in raw
+    assert STAFF_SECRET not in raw
+    assert WHISPER_SECRET not in raw
     assert all(not path.startswith(("/t/t/20", "/t/physics")) for _, path in LINK.findall(raw))
 
 
@@ -113,4 +114,5 @@ def test_the_keyword_channel_never_brings_a_whisper_to_the_llm(stack: Stack) -> 
     assert keyword["counts"]["hits"] >= 1  # the channel ran and found the public topic
     assert not _llm_saw(stack, WHISPER_SECRET)
     reads = [c for c in stack.forum.calls if c.path == "/search.json"]
-    assert reads and not any(c.keyed for c in reads)  # anonymous: no key, no admin-API budget spent
+    assert reads
+    assert not any(c.keyed for c in reads)
