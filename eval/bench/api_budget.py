@@ -81,6 +81,7 @@ def run(stack: SoakStack, questions: int, spacing: float) -> dict[str, Any]:
         free = ask_each(stack, work, range(questions), spacing)
         t1 = forum_clock(stack)
         free_calls = keyed_calls(stack, t0, t1)
+        free_reads = reader_calls(stack, t0, t1)
 
         # Discourse's defaults, and citebot's.
         stack.http.post(
@@ -122,6 +123,9 @@ def run(stack: SoakStack, questions: int, spacing: float) -> dict[str, Any]:
         "latency_ratio": statistics.median(paced) / statistics.median(free),
         "max_s_budget": max(paced),
         "calls_per_answer_no_budget": len(free_calls) / questions,
+        # Requests without the key (the reader: anonymous search and the last check before posting);
+        # Discourse does not count them against the admin-API bucket.
+        "reader_calls_per_answer_no_budget": len(free_reads) / questions,
         "calls_per_answer_budget": len(answer_calls) / questions,
         "peak_per_min": peak_per_window(busy_calls, 60.0),
         "calls_budget_phase": len(busy_calls),
@@ -167,6 +171,19 @@ def keyed_calls(stack: SoakStack, since: float, until: float) -> list[list[Any]]
     )
     r.raise_for_status()
     return [c for c in r.json()["calls"] if c[1] and c[0] <= until and not c[4].startswith("/__forum/")]
+
+
+def reader_calls(stack: SoakStack, since: float, until: float) -> list[list[Any]]:
+    """The GETs made without the admin key between two forum clock readings (members only post)."""
+    r = stack.http.get(
+        f"{stack.forum_url}/__forum/api", params={"since": since}, headers=stack.admin_headers()
+    )
+    r.raise_for_status()
+    return [
+        c
+        for c in r.json()["calls"]
+        if not c[1] and c[3] == "GET" and c[0] <= until and not c[4].startswith("/__forum/")
+    ]
 
 
 def peak_per_window(calls: list[list[Any]], window_s: float) -> int:
