@@ -247,9 +247,9 @@ def move_posts(
             (original["id"], REGULAR, WHISPER),
         ).fetchone()
         moving_all = counted is not None and int(counted["n"]) == len(posts)
-        first_moved = posts[1]["post_number"] if posts[0]["post_number"] == 1 else posts[0]["post_number"]
-        if posts[0]["post_number"] == 1 and len(posts) == 1:
-            first_moved = None
+        # The first post of the original is copied, not moved: the first moved post is the next one.
+        rest = posts[1:] if posts[0]["post_number"] == 1 else posts
+        first_moved = rest[0]["post_number"] if rest else None
         top = conn.execute(
             "SELECT COALESCE(max(post_number), 0) AS n FROM forum.posts WHERE topic_id = %s", (dest_id,)
         ).fetchone()
