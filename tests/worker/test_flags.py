@@ -17,7 +17,18 @@ from worker.cli import main
 from worker.clients.discourse import DiscourseClient
 from worker.commands.flags import set_flag, show_flags
 from worker.errors import ServiceUnavailableError
-from worker.flags import SETTING_NAMES, FlagReader, Flags, flag_name, parse_flag
+from worker.flags import (
+    PLUGIN_SETTING_NAMES,
+    SETTING_NAMES,
+    FlagReader,
+    Flags,
+    SummonRules,
+    flag_name,
+    parse_flag,
+    parse_group_list,
+    parse_notice,
+    parse_trust_level,
+)
 from worker.settings import DiscourseSettings, FlagsSettings
 
 ALL_ON = dict.fromkeys(SETTING_NAMES, True)
@@ -111,8 +122,13 @@ def test_values_come_as_bools_or_strings() -> None:
         enabled=True, posts_pipeline=True, input_gate=False, rerank=True, post_links=False
     )
     assert state.origin == "discourse"
-    assert source.calls == [SETTING_NAMES]
-    assert state.trace() == {"flags": state.flags.as_dict(), "origin": "discourse", "overridden": []}
+    assert source.calls == [PLUGIN_SETTING_NAMES]  # the flags and the summon rules: one request
+    assert state.trace() == {
+        "flags": state.flags.as_dict(),
+        "origin": "discourse",
+        "overridden": [],
+        "summon": {"allowed_groups": [], "min_trust_level": 1, "refusal_notice": "none"},
+    }
 
 
 def test_cached_for_the_ttl_then_read_again() -> None:
@@ -373,3 +389,90 @@ def test_cli_show_with_the_forum_down_is_one_line_and_exit_1(
     err = capsys.readouterr().err
     assert err.startswith("citebot: error: discourse")
     assert "Traceback" not in err
+
+
+# -- summon rules (who may summon the bot), read with the flags ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", ()),
+        ("11|14", ("11", "14")),  # a group_list as Discourse stores it: group ids joined by "|"
+        ("Moderators, trust_level_2", ("moderators", "trust_level_2")),
+        ("3|3|", ("3",)),
+        (["staff", 12], ("staff", "12")),
+    ],
+)
+def test_parse_group_list(value: object, expected: tuple[str, ...]) -> None:
+    assert parse_group_list(value) == expected
+
+
+@pytest.mark.parametrize("value", [None, 3, True])
+def test_parse_group_list_refuses_the_rest(value: object) -> None:
+    with pytest.raises(ValueError, match="not a group list"):
+        parse_group_list(value)
+
+
+def test_parse_trust_level_and_notice() -> None:
+    assert parse_trust_level("2") == 2
+    assert parse_trust_level(0) == 0
+    for bad in ("5", "-1", "two", True, None):
+        with pytest.raises(ValueError, match="not a trust level"):
+            parse_trust_level(bad)
+    assert parse_notice(" Short ") == "short"
+    with pytest.raises(ValueError, match="not a refusal notice"):
+        parse_notice("loud")
+
+
+def test_summon_rules_come_from_the_same_read_as_the_flags() -> None:
+    source = Source(
+        {
+            **ALL_ON,
+            "citebot_allowed_groups": "11|support",
+            "citebot_min_trust_level": "2",
+            "citebot_refusal_notice": "short",
+        }
+    )
+    state = FlagReader(source, flags_settings(), clock=Clock()).state()
+    assert state.summon == SummonRules(("11", "support"), 2, "short")
+    assert len(source.calls) == 1
+
+
+def test_summon_rules_default_to_the_cautious_ones_when_missing_or_unread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, source = Clock(), Source(ALL_ON)  # an older plugin: no summon settings declared
+    reader = FlagReader(source, flags_settings(), clock=clock)
+    assert reader.state().summon == SummonRules((), 1, "none")
+    assert "summon settings not found" in caplog.text
+    failing = Source(ALL_ON)
+    failing.fail = ServiceUnavailableError("down")
+    assert FlagReader(failing, flags_settings(), clock=clock).state().summon == SummonRules()
+
+
+def test_an_unusable_summon_value_keeps_its_last_value() -> None:
+    clock = Clock()
+    source = Source({**ALL_ON, "citebot_min_trust_level": "3", "citebot_refusal_notice": "short"})
+    reader = FlagReader(source, flags_settings(), clock=clock)
+    assert reader.state().summon.min_trust_level == 3
+    source.values["citebot_min_trust_level"] = "9"
+    source.values["citebot_refusal_notice"] = "none"
+    clock.now += 60
+    partial = reads("partial")
+    summon = reader.state().summon
+    assert summon.min_trust_level == 3
+    assert summon.refusal_notice == "none"
+    assert reads("partial") == partial + 1
+
+
+def test_summon_overrides_win_like_the_flags() -> None:
+    settings = flags_settings(
+        override_allowed_groups="Staff,trust_level_3",
+        override_min_trust_level=0,
+        override_refusal_notice="short",
+    )
+    source = Source({**ALL_ON, "citebot_allowed_groups": "", "citebot_min_trust_level": "2"})
+    state = FlagReader(source, settings, clock=Clock()).state()
+    assert state.summon == SummonRules(("staff", "trust_level_3"), 0, "short")
+    assert state.overridden == ("allowed_groups", "min_trust_level", "refusal_notice")

@@ -1,5 +1,11 @@
-"""An in-memory ``Forum`` for unit tests: posts, topics, search by word overlap, site settings, and the
-bot's notifications (what the catch-up poller reads).
+"""An in-memory ``Forum`` for unit tests: posts, topics, search by word overlap, site settings, the
+bot's notifications (what the catch-up poller reads) and the members behind the posts.
+
+Every author of a post is a member (trust level 1, no groups, no penalty, as Discourse's defaults make
+a new account once it has read a little) until ``set_member`` says otherwise; the bot is an admin.
+``get_user`` answers as ``GET /admin/users/{id}.json`` would, ``AuthError`` when ``bot_is_staff`` is
+off, like Discourse to a caller without staff rights; ``get_user_by_username`` as ``/u/{username}.json``
+(an incomplete ``Member``).
 
 A real implementation of the protocol (not a mock): it keeps state, assigns ids, and records every
 post the bot creates, so tests assert on what the forum would show.
@@ -11,9 +17,10 @@ import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
-from worker.domain import ForumPost, ForumTopic, Notification, NotificationKind, SearchHit
-from worker.errors import CitebotError, NotFoundError
+from worker.domain import ForumPost, ForumTopic, Member, Notification, NotificationKind, SearchHit
+from worker.errors import AuthError, CitebotError, NotFoundError
 
 _WORD = re.compile(r"\w{3,}")
 
@@ -29,10 +36,28 @@ class FakeForum:
         self.fail_settings: CitebotError | None = None
         self.notifications: list[Notification] = []
         self.by_number_calls = 0
+        self.members: dict[int, Member] = {-5: Member(-5, bot, trust_level=4, admin=True)}
+        self.user_reads: list[int | str] = []
+        self.topic_reads: list[int] = []
+        self.bot_is_staff = True
         self._ids = itertools.count(100_000)
 
     def add_topic(self, topic_id: int, title: str, slug: str, category_id: int | None = 1) -> None:
         self.topics[topic_id] = ForumTopic(topic_id, title, slug, category_id)
+
+    def set_topic(self, topic_id: int, **changes: object) -> ForumTopic:
+        """Change fields of a topic (closed, archived, ``archetype="private_message"`` with
+        ``allowed_users`` …), as a moderator or a PM invitation would."""
+        topic = replace(self.topics[topic_id], **changes)  # type: ignore[arg-type]
+        self.topics[topic_id] = topic
+        return topic
+
+    def set_member(self, user_id: int, username: str, **fields: Any) -> Member:
+        """Make the account ``user_id`` what a test needs (trust level, groups, silenced, staged …)."""
+        groups = frozenset(str(g).lower() for g in fields.pop("groups", ()))
+        member = Member(user_id, username, groups=groups, **fields)
+        self.members[user_id] = member
+        return member
 
     def add_post(
         self,
@@ -60,6 +85,8 @@ class FakeForum:
             category_id=topic.category_id,
         )
         self.posts[post_id] = post
+        if user_id not in self.members:
+            self.members[user_id] = Member(user_id, username, trust_level=1)
         return post
 
     def put_topic(self, topic: ForumTopic) -> None:
@@ -96,6 +123,7 @@ class FakeForum:
         raise NotFoundError(f"post #{post_number} of topic {topic_id}", service="discourse", status=404)
 
     def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
+        self.topic_reads.append(topic_id)
         if topic_id not in self.topics:
             raise NotFoundError(f"topic {topic_id}", service="discourse", status=404)
         topic = self.topics[topic_id]
@@ -151,6 +179,21 @@ class FakeForum:
         newest_first = sorted(self.notifications, key=lambda n: n.id, reverse=True)
         return newest_first[offset : offset + 60]
 
+    def get_user(self, user_id: int) -> Member:
+        self.user_reads.append(user_id)
+        if not self.bot_is_staff:
+            raise AuthError("GET /admin/users: not staff", service="discourse", status=403)
+        if user_id not in self.members:
+            raise NotFoundError(f"user {user_id}", service="discourse", status=404)
+        return self.members[user_id]
+
+    def get_user_by_username(self, username: str) -> Member:
+        self.user_reads.append(username)
+        for member in self.members.values():
+            if member.username.lower() == username.lower():
+                return replace(member, silenced=False, staged=False, complete=False)
+        raise NotFoundError(f"user {username}", service="discourse", status=404)
+
     def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
         if self.fail_settings is not None:
             raise self.fail_settings
@@ -160,3 +203,6 @@ class FakeForum:
         names = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links", "intent_layer")
         for name in names:
             self.settings[f"citebot_{name}"] = overrides.get(name, True)
+        # The plugin's summon settings at their declared defaults (a test changes them in ``settings``).
+        for name, default in (("allowed_groups", ""), ("min_trust_level", "1"), ("refusal_notice", "none")):
+            self.settings.setdefault(f"citebot_{name}", default)
