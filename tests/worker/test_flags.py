@@ -287,7 +287,15 @@ def test_an_expired_cache_does_not_block_other_threads() -> None:
 # -- the command -------------------------------------------------------------------------------------
 
 
-def site_settings_json(values: Mapping[str, str]) -> dict[str, object]:
+# The types the plugin's settings.yml gives its non-boolean settings, as the admin API reports them.
+_TYPES = {
+    "citebot_allowed_groups": "group_list",
+    "citebot_min_trust_level": "enum",
+    "citebot_refusal_notice": "enum",
+}
+
+
+def site_settings_json(values: Mapping[str, object]) -> dict[str, object]:
     """``GET /admin/site_settings.json?plugin=citebot`` as Discourse answers it."""
     return {
         "site_settings": [
@@ -295,7 +303,7 @@ def site_settings_json(values: Mapping[str, str]) -> dict[str, object]:
                 "setting": name,
                 "description": "…",
                 "default": "false",
-                "type": "bool",
+                "type": _TYPES.get(name, "bool"),
                 "value": value,
                 "category": "plugins",
                 "preview": None,
@@ -334,6 +342,9 @@ def test_show_prints_discourse_override_and_effective_values() -> None:
         "citebot_rerank           on         off       off",
         "citebot_post_links       -          -         off",
         "citebot_intent_layer     off        -         off",
+        "citebot_allowed_groups   (any)",
+        "citebot_min_trust_level  1",
+        "citebot_refusal_notice   none",
         "warning: citebot_post_links is not declared (is the citebot plugin installed?)",
     ]
 
@@ -346,7 +357,8 @@ def test_show_json() -> None:
     show_flags(forum_over(handler), flags_settings(), as_json=True, out=out)
     data = json.loads(out.getvalue())
     assert data["citebot_post_links"] == {"discourse": True, "override": None, "effective": True}
-    assert len(data) == 6
+    assert data["citebot_min_trust_level"] == {"effective": 1}
+    assert len(data) == 9
 
 
 def test_set_puts_the_site_setting_and_notes_a_conflicting_override() -> None:
@@ -476,3 +488,16 @@ def test_summon_overrides_win_like_the_flags() -> None:
     state = FlagReader(source, settings, clock=Clock()).state()
     assert state.summon == SummonRules(("staff", "trust_level_3"), 0, "short")
     assert state.overridden == ("allowed_groups", "min_trust_level", "refusal_notice")
+
+
+def test_show_prints_the_summon_rules_in_effect() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        values: dict[str, object] = dict.fromkeys(SETTING_NAMES, "true")
+        values.update(citebot_allowed_groups="11|support", citebot_min_trust_level="1")
+        return httpx.Response(200, json=site_settings_json(values))
+
+    out = io.StringIO()
+    show_flags(forum_over(handler), flags_settings(override_min_trust_level=3), out=out)
+    lines = out.getvalue().splitlines()
+    assert "citebot_allowed_groups   11,support" in lines
+    assert "citebot_min_trust_level  3" in lines  # the override wins, as in the workers
