@@ -23,6 +23,17 @@ from worker.domain import ForumPost, ForumTopic, Member, Notification, Notificat
 from worker.errors import AuthError, CitebotError, NotFoundError
 
 _WORD = re.compile(r"\w{3,}")
+# Group::AUTO_GROUPS (app/models/group.rb): the automatic groups and their ids.
+AUTO_GROUP_IDS = {"admins": 1, "moderators": 2, "staff": 3} | {f"trust_level_{n}": 10 + n for n in range(5)}
+
+
+def automatic_groups(trust_level: int, *, admin: bool = False, moderator: bool = False) -> frozenset[str]:
+    """The automatic groups of an account, by name and by id (``Group.refresh_automatic_groups!``: every
+    trust level up to its own, staff for admins and moderators)."""
+    names = [f"trust_level_{n}" for n in range(trust_level + 1)]
+    names += (["admins"] if admin else []) + (["moderators"] if moderator else [])
+    names += ["staff"] if admin or moderator else []
+    return frozenset(names) | frozenset(str(AUTO_GROUP_IDS[n]) for n in names)
 
 
 class FakeForum:
@@ -36,7 +47,9 @@ class FakeForum:
         self.fail_settings: CitebotError | None = None
         self.notifications: list[Notification] = []
         self.by_number_calls = 0
-        self.members: dict[int, Member] = {-5: Member(-5, bot, trust_level=4, admin=True)}
+        self.members: dict[int, Member] = {
+            -5: Member(-5, bot, trust_level=4, admin=True, groups=automatic_groups(4, admin=True))
+        }
         self.user_reads: list[int | str] = []
         self.topic_reads: list[int] = []
         self.bot_is_staff = True
@@ -53,9 +66,15 @@ class FakeForum:
         return topic
 
     def set_member(self, user_id: int, username: str, **fields: Any) -> Member:
-        """Make the account ``user_id`` what a test needs (trust level, groups, silenced, staged …)."""
+        """Make the account ``user_id`` what a test needs (trust level, groups, silenced, staged …); its
+        automatic groups follow from the trust level and staff flags, ``groups`` adds the others."""
         groups = frozenset(str(g).lower() for g in fields.pop("groups", ()))
-        member = Member(user_id, username, groups=groups, **fields)
+        auto = automatic_groups(
+            int(fields.get("trust_level", 0)),
+            admin=bool(fields.get("admin", False)),
+            moderator=bool(fields.get("moderator", False)),
+        )
+        member = Member(user_id, username, groups=groups | auto, **fields)
         self.members[user_id] = member
         return member
 
@@ -86,7 +105,7 @@ class FakeForum:
         )
         self.posts[post_id] = post
         if user_id not in self.members:
-            self.members[user_id] = Member(user_id, username, trust_level=1)
+            self.members[user_id] = Member(user_id, username, trust_level=1, groups=automatic_groups(1))
         return post
 
     def put_topic(self, topic: ForumTopic) -> None:
