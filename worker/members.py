@@ -3,11 +3,13 @@ trusted briefly, for the summon policy (``worker.summon``).
 
 One read per account per ``summon.member_cache_ttl_s`` (60 s by default): a member asking ten questions
 in a minute costs one admin-API request, and a silence or a suspension takes effect within that time.
-The read is ``GET /admin/users/{id}.json`` (every field, staff only). A bot account without staff
-rights gets 403 there; with ``summon.public_profile_fallback`` it reads ``GET /u/{username}.json``
-instead (no silenced field, ``staged`` hidden: the ``Member`` is not ``complete``), without it the
-account cannot be verified and the policy refuses (fail closed). An account that no longer exists
-(404) cannot be verified either. Transient errors propagate: the question is retried.
+The read is ``GET /admin/users/{id}.json`` (every field, staff only). Discourse mounts its admin routes
+under ``StaffConstraint`` (config/routes.rb), so a bot account without staff rights gets 404 there,
+exactly as for an account that no longer exists (403 is mapped the same way, in case a proxy answers
+it). Either way, with ``summon.public_profile_fallback`` the directory reads ``GET /u/{username}.json``
+instead (no silenced field, ``staged`` hidden: the ``Member`` is not ``complete``); without it the
+account cannot be verified and the policy refuses (fail closed). Transient errors propagate: the
+question is retried.
 """
 
 from __future__ import annotations
@@ -90,15 +92,14 @@ class MemberDirectory:
         self.reads += 1
         try:
             return self._source.get_user(user_id)
-        except NotFoundError:
-            log.info("member %d not found on the forum: not verified", user_id)
-            return None
-        except AuthError:
+        except (NotFoundError, AuthError) as exc:
             if not self._fallback:
                 log.warning(
-                    "GET /admin/users/{id}.json refused (the bot account is not staff): members cannot be"
-                    " verified and no question is answered; make the bot an admin, or set"
-                    " CITEBOT_SUMMON__PUBLIC_PROFILE_FALLBACK=true"
+                    "GET /admin/users/%d.json answered %s: the author is not verified and not answered"
+                    " (an account deleted, or a bot account without staff rights: make it an admin, or set"
+                    " CITEBOT_SUMMON__PUBLIC_PROFILE_FALLBACK=true)",
+                    user_id,
+                    exc.status or type(exc).__name__,
                 )
                 return None
         return self._read_by_name(username)

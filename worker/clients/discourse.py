@@ -125,7 +125,8 @@ class DiscourseClient:
     def get_user(self, user_id: int) -> Member:
         """``GET /admin/users/{id}.json`` (staff only; Admin::UsersController#show renders
         AdminDetailedUserSerializer without a root): trust level, admin, moderator, staged, silenced,
-        suspended and every group of the account. A bot account without staff rights gets ``AuthError``."""
+        suspended and every group of the account. A bot account without staff rights gets
+        ``NotFoundError``, like a missing account (the admin routes sit under ``StaffConstraint``)."""
         data = self._request("GET", f"/admin/users/{int(user_id)}.json")
         return Member.from_json(data, complete=True)
 

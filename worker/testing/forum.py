@@ -1,11 +1,11 @@
 """An in-memory ``Forum`` for unit tests: posts, topics, search by word overlap, site settings, the
 bot's notifications (what the catch-up poller reads) and the members behind the posts.
 
-Every author of a post is a member (trust level 1, no groups, no penalty, as Discourse's defaults make
-a new account once it has read a little) until ``set_member`` says otherwise; the bot is an admin.
-``get_user`` answers as ``GET /admin/users/{id}.json`` would, ``AuthError`` when ``bot_is_staff`` is
-off, like Discourse to a caller without staff rights; ``get_user_by_username`` as ``/u/{username}.json``
-(an incomplete ``Member``).
+Every author of a post is a member (trust level 1 and its automatic groups, no penalty: a new account
+once it has read a little) until ``set_member`` says otherwise; the bot is an admin. ``get_user``
+answers as ``GET /admin/users/{id}.json`` would, 404 when ``bot_is_staff`` is off, like Discourse to a
+caller without staff rights (its admin routes sit under ``StaffConstraint``); ``get_user_by_username``
+as ``/u/{username}.json`` (an incomplete ``Member``).
 
 A real implementation of the protocol (not a mock): it keeps state, assigns ids, and records every
 post the bot creates, so tests assert on what the forum would show.
@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from worker.domain import ForumPost, ForumTopic, Member, Notification, NotificationKind, SearchHit
-from worker.errors import AuthError, CitebotError, NotFoundError
+from worker.errors import CitebotError, NotFoundError
 
 _WORD = re.compile(r"\w{3,}")
 # Group::AUTO_GROUPS (app/models/group.rb): the automatic groups and their ids.
@@ -200,8 +200,8 @@ class FakeForum:
 
     def get_user(self, user_id: int) -> Member:
         self.user_reads.append(user_id)
-        if not self.bot_is_staff:
-            raise AuthError("GET /admin/users: not staff", service="discourse", status=403)
+        if not self.bot_is_staff:  # the admin routes' StaffConstraint: no route for a non-staff caller
+            raise NotFoundError("GET /admin/users: not staff", service="discourse", status=404)
         if user_id not in self.members:
             raise NotFoundError(f"user {user_id}", service="discourse", status=404)
         return self.members[user_id]
