@@ -173,8 +173,9 @@ class AnswerPipeline:
 
         with self._stage(trace, "load"):
             post = self._load_post(post_id)
-            gone = post is None or post.deleted or post.hidden
-            topic = None if post is None or gone else self._load_topic(post.topic_id)
+            topic = None
+            if post is not None and not (post.deleted or post.hidden):
+                topic = self._load_topic(post.topic_id)
         if post is None or topic is None:
             answers.transition(conn, post_id, ["queued", "retrieved"], "skipped", error="post gone or hidden")
             return Outcome(post_id, "skipped", "post gone or hidden")
