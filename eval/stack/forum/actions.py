@@ -247,9 +247,9 @@ def move_posts(
             (original["id"], REGULAR, WHISPER),
         ).fetchone()
         moving_all = counted is not None and int(counted["n"]) == len(posts)
-        first_moved = posts[1]["post_number"] if posts[0]["post_number"] == 1 else posts[0]["post_number"]
-        if posts[0]["post_number"] == 1 and len(posts) == 1:
-            first_moved = None
+        first_moved: int | None = posts[0]["post_number"]
+        if first_moved == 1:  # the first post is copied, not moved: the notice goes where the next one was
+            first_moved = posts[1]["post_number"] if len(posts) > 1 else None
         top = conn.execute(
             "SELECT COALESCE(max(post_number), 0) AS n FROM forum.posts WHERE topic_id = %s", (dest_id,)
         ).fetchone()

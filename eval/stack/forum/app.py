@@ -91,15 +91,15 @@ class ForumConfig:
     def category_seeds(self) -> list[Category]:
         """The configured categories as rows."""
         out = []
-        for cid, (name, restricted) in sorted(self.categories.items()):
+        named = dict.fromkeys((*self.category_parents, *self.category_parents.values()), ("", False))
+        named.update(self.categories)
+        for cid, (name, restricted) in sorted(named.items()):
             groups = self.category_groups.get(cid, ())
             permissions = {g.lower(): FULL for g in groups} if restricted else {}
             slug = slugify(name) if name else f"category-{cid}"
-            out.append(
-                Category(
-                    cid, name, slug, self.category_parents.get(cid), restricted, permissions, position=cid
-                )
-            )
+            parent = self.category_parents.get(cid)
+            label = name or f"Category {cid}"
+            out.append(Category(cid, label, slug, parent, restricted, permissions, position=cid))
         return out
 
 
