@@ -5,7 +5,9 @@ CONFLICT DO NOTHING``); every later delivery of the same post finds the row and 
 row then moves through its states with ``transition``, a conditional UPDATE, so two workers holding
 the same message cannot both move it:
 ``queued → retrieved → generated → posted | abstained | refused | failed`` (``skipped`` for rate limits,
-``held_for_review`` when Discourse queued the reply for a moderator instead of posting it).
+``held_for_review`` when Discourse queued the reply for a moderator instead of posting it, ``denied``
+when the summon policy refuses the question: ``rule_id`` ``summon.<reason>``, straight from ``queued``
+or, with a refusal notice to post, through ``generated``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from worker.domain import Delivery
 
 AnswerState = Literal[
     "queued", "retrieved", "generated", "posted", "abstained", "refused", "failed", "skipped",
-    "held_for_review",
+    "held_for_review", "denied",
 ]  # fmt: skip
 STATES: tuple[AnswerState, ...] = get_args(AnswerState)
 FINAL_STATES: frozenset[AnswerState] = frozenset(
-    {"posted", "abstained", "refused", "failed", "skipped", "held_for_review"}
+    {"posted", "abstained", "refused", "failed", "skipped", "held_for_review", "denied"}
 )
 
 # Columns ``transition`` may set besides ``state``; jsonb ones are wrapped for psycopg.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 Zone = Literal["abstain", "weak", "normal"]
@@ -89,7 +90,14 @@ class PendingPost:
 
 @dataclass(frozen=True, slots=True)
 class ForumTopic:
-    """A topic with the posts of its stream (all pages merged when the caller asked for them)."""
+    """A topic with the posts of its stream (all pages merged when the caller asked for them).
+
+    ``closed``, ``archived`` and ``can_reply`` are as the caller sees them (TopicViewSerializer;
+    ``can_reply`` is ``details.can_create_post``, which Discourse includes only when true).
+    ``allowed_users`` (usernames) and ``allowed_groups`` (group names) are a private message's
+    participants (TopicViewDetailsSerializer: a user allowed through a group is listed only under the
+    group); empty for a regular topic.
+    """
 
     id: int
     title: str
@@ -100,6 +108,70 @@ class ForumTopic:
     deleted: bool = False
     tags: tuple[str, ...] = ()
     posts: tuple[ForumPost, ...] = ()
+    closed: bool = False
+    archived: bool = False
+    can_reply: bool = True
+    allowed_users: tuple[str, ...] = ()
+    allowed_groups: tuple[str, ...] = ()
+
+    @property
+    def private_message(self) -> bool:
+        return self.archetype == "private_message"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A forum account as far as deciding whether it may summon the bot needs it.
+
+    Read from ``GET /admin/users/{id}.json`` (AdminDetailedUserSerializer: every field) or, for a bot
+    account without staff rights, ``GET /u/{username}.json`` (UserSerializer: no silenced field at all,
+    ``staged`` shown to staff only), which leaves ``complete`` False: silenced and staged are unknown
+    there. ``groups`` holds the lower-cased names and the ids (as text) of every group the account is
+    in, automatic ones (``trust_level_1``, ``staff``) included.
+    """
+
+    id: int
+    username: str
+    trust_level: int = 0
+    admin: bool = False
+    moderator: bool = False
+    staged: bool = False
+    silenced: bool = False
+    suspended: bool = False
+    groups: frozenset[str] = frozenset()
+    complete: bool = True
+
+    @property
+    def staff(self) -> bool:
+        return self.admin or self.moderator
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, complete: bool, now: datetime | None = None) -> Member:
+        """The account in an admin (``complete``) or public user JSON; pure but for ``now``.
+
+        Discourse serializes ``silenced_till``/``suspended_till`` when they are set, even once past
+        (AdminUserListSerializer ``include_silenced_till?`` is ``silenced_till?``), so a date counts only
+        while it is in the future; the booleans ``silenced``/``suspended`` are there only while true."""
+        moment = now or datetime.now(UTC)
+        groups: set[str] = set()
+        for group in data.get("groups") or []:
+            if isinstance(group, Mapping):
+                if group.get("name"):
+                    groups.add(str(group["name"]).lower())
+                if optional_int(group.get("id")) is not None:
+                    groups.add(str(int(group["id"])))
+        return cls(
+            id=int(data.get("id") or 0),
+            username=str(data.get("username") or ""),
+            trust_level=optional_int(data.get("trust_level")) or 0,
+            admin=bool(data.get("admin", False)),
+            moderator=bool(data.get("moderator", False)),
+            staged=bool(data.get("staged", False)),
+            silenced=bool(data.get("silenced", False)) or _until_later(data.get("silenced_till"), moment),
+            suspended=bool(data.get("suspended", False)) or _until_later(data.get("suspended_till"), moment),
+            groups=frozenset(groups),
+            complete=complete,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +272,20 @@ class Completion:
     model: str
     usage: Usage = field(default_factory=Usage)
     offline: bool = False
+
+
+def _until_later(value: object, now: datetime) -> bool:
+    """An ISO 8601 ``…_till`` date still ahead of ``now`` (an unreadable date counts as ahead: a penalty
+    the bot cannot date is one it must respect)."""
+    if not isinstance(value, str) or not value.strip():
+        return False
+    try:
+        until = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    if until.tzinfo is None:
+        until = until.replace(tzinfo=UTC)
+    return until > now
 
 
 def optional_int(value: object) -> int | None:

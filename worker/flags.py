@@ -1,14 +1,20 @@
 """Flags: Discourse site settings (declared by ``deploy/discourse-plugin``) that steer the bot.
 
-``FlagReader.current()`` returns the flags to use for one job:
+The same read brings the plugin's non-boolean settings, who may summon the bot (``SummonRules``):
+``citebot_allowed_groups`` (a ``group_list``: group ids joined by ``|``, as Discourse stores that type;
+names are accepted too), ``citebot_min_trust_level`` (an enum of ``TrustLevelSetting``, 0–4) and
+``citebot_refusal_notice`` (``none`` or ``short``).
+
+``FlagReader.current()`` returns the flags to use for one job (``state().summon`` the rules):
 
 - values read through the admin API are trusted for ``settings.flags.cache_ttl_s`` (60 s), so an admin's
   change takes effect within a minute, without a restart;
 - when a read fails, the last values read hold (the failure is logged and counted) and the read is tried
   again after ``retry_failed_s``, not on every job, so a struggling admin API is not hammered;
-- before any successful read, the safe defaults hold: everything off, the legacy behaviour;
-- an ``override_*`` setting (``CITEBOT_FLAGS__OVERRIDE_RERANK=false``) pins a flag during an incident and
-  wins over everything.
+- before any successful read, the safe defaults hold: everything off, the legacy behaviour, and the
+  cautious summon rules (trust level 1, no notice);
+- an ``override_*`` setting (``CITEBOT_FLAGS__OVERRIDE_RERANK=false``,
+  ``CITEBOT_FLAGS__OVERRIDE_MIN_TRUST_LEVEL=2``) pins a value during an incident and wins over everything.
 
 One refresh runs at a time; other threads keep using the current values meanwhile, except before the
 first read, when they wait for it (so the first jobs after a start do not all run on defaults).
@@ -21,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Literal
+from typing import Literal, get_args
 
 from prometheus_client import Counter, Gauge
 
@@ -32,6 +38,10 @@ log = logging.getLogger(__name__)
 SETTING_PREFIX = "citebot_"
 FLAG_NAMES = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links", "intent_layer")
 SETTING_NAMES = tuple(SETTING_PREFIX + name for name in FLAG_NAMES)
+SUMMON_NAMES = ("allowed_groups", "min_trust_level", "refusal_notice")
+SUMMON_SETTING_NAMES = tuple(SETTING_PREFIX + name for name in SUMMON_NAMES)
+# Everything the reader asks Discourse for, in one request.
+PLUGIN_SETTING_NAMES = SETTING_NAMES + SUMMON_SETTING_NAMES
 
 FLAG_READS = Counter("citebot_flag_reads", "Reads of the flag site settings, by outcome.", ["outcome"])
 FLAG_VALUE = Gauge("citebot_flag_value", "Flag values in effect (1 on, 0 off).", ["flag"])
@@ -41,6 +51,11 @@ Origin = Literal["defaults", "discourse", "last_known"]
 
 _TRUE = frozenset({"true", "t", "1", "yes", "on"})
 _FALSE = frozenset({"false", "f", "0", "no", "off", ""})
+
+RefusalNotice = Literal["none", "short"]
+NOTICES: tuple[RefusalNotice, ...] = get_args(RefusalNotice)
+# Discourse's trust levels (TrustLevel[0..4]).
+TRUST_LEVELS = range(5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +74,31 @@ class Flags:
 
 
 @dataclass(frozen=True, slots=True)
+class SummonRules:
+    """Who may summon the bot (``worker.summon`` applies them). The defaults are a cautious admin's:
+
+    - ``allowed_groups`` empty: no group restriction beyond the trust level; otherwise a member must be
+      in one of them (group ids or lower-cased names; automatic groups such as ``trust_level_2`` work);
+    - ``min_trust_level`` 1: not a brand-new account. TL1 takes minutes of reading (Discourse's default
+      ``tl1_requires_*``) and is the floor Discourse itself sets for PMs and anonymous posting, so real
+      newcomers reach it at once while scripted sign-ups do not; TL2 would take days of visits and shut
+      out the newcomers who ask the most;
+    - ``refusal_notice`` ``none``: a refused member sees nothing (``short``: one generic line).
+    """
+
+    allowed_groups: tuple[str, ...] = ()
+    min_trust_level: int = 1
+    refusal_notice: RefusalNotice = "none"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "allowed_groups": list(self.allowed_groups),
+            "min_trust_level": self.min_trust_level,
+            "refusal_notice": self.refusal_notice,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class FlagState:
     """Flags in effect, where they came from and which were overridden: what an answer's trace records."""
 
@@ -66,9 +106,15 @@ class FlagState:
     origin: Origin
     overridden: tuple[str, ...] = ()
     read_at: float | None = None
+    summon: SummonRules = SummonRules()
 
     def trace(self) -> dict[str, object]:
-        return {"flags": self.flags.as_dict(), "origin": self.origin, "overridden": list(self.overridden)}
+        return {
+            "flags": self.flags.as_dict(),
+            "origin": self.origin,
+            "overridden": list(self.overridden),
+            "summon": self.summon.as_dict(),
+        }
 
 
 def parse_flag(value: object) -> bool:
@@ -89,6 +135,49 @@ def parse_flag(value: object) -> bool:
     raise ValueError(f"not a boolean: {value!r}")
 
 
+def parse_group_list(value: object) -> tuple[str, ...]:
+    """A ``group_list`` value (``"11|14"``, Discourse's storage) or a comma- or pipe-separated list of
+    names, as normalised group keys (ids as digits, names lower-cased); ``""``: no groups.
+
+    Raises ValueError for anything but a string or a list of strings/ints."""
+    if isinstance(value, list | tuple):
+        items = [str(v) for v in value]
+    elif isinstance(value, str):
+        items = value.replace(",", "|").split("|")
+    else:
+        raise ValueError(f"not a group list: {value!r}")
+    return tuple(dict.fromkeys(i.strip().lower() for i in items if i.strip()))
+
+
+def parse_trust_level(value: object) -> int:
+    """A trust level 0–4 (Discourse's ``TrustLevelSetting`` enum sends it as text). ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a trust level: {value!r}")
+    try:
+        level = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"not a trust level: {value!r}") from None
+    if level not in TRUST_LEVELS:
+        raise ValueError(f"not a trust level: {value!r}")
+    return level
+
+
+def parse_notice(value: object) -> RefusalNotice:
+    """``none`` or ``short``; ValueError otherwise."""
+    text = str(value).strip().lower()
+    for notice in NOTICES:
+        if text == notice:
+            return notice
+    raise ValueError(f"not a refusal notice: {value!r}")
+
+
+_SUMMON_PARSERS: dict[str, Callable[[object], object]] = {
+    "allowed_groups": parse_group_list,
+    "min_trust_level": parse_trust_level,
+    "refusal_notice": parse_notice,
+}
+
+
 def flag_name(name: str) -> str:
     """``posts_pipeline`` or ``citebot_posts_pipeline`` → ``posts_pipeline``; ValueError if unknown."""
     short = name.strip().lower().removeprefix(SETTING_PREFIX).replace("-", "_")
@@ -107,6 +196,16 @@ def overrides_of(settings: FlagsSettings) -> dict[str, bool]:
     return out
 
 
+def summon_overrides_of(settings: FlagsSettings) -> dict[str, object]:
+    """The summon rules pinned from the environment, parsed as the site settings are."""
+    out: dict[str, object] = {}
+    for name in SUMMON_NAMES:
+        value = getattr(settings, f"override_{name}")
+        if value is not None:
+            out[name] = _SUMMON_PARSERS[name](value)
+    return out
+
+
 class FlagReader:
     """Cached, fail-safe, thread-safe reader of the flags (see the module docstring)."""
 
@@ -122,10 +221,14 @@ class FlagReader:
         self._ttl = settings.cache_ttl_s
         self._retry_failed_s = min(retry_failed_s, settings.cache_ttl_s)
         self._overrides = overrides_of(settings)
+        self._summon_overrides = summon_overrides_of(settings)
         self._clock = clock
         self._lock = threading.Lock()
         # One immutable snapshot, swapped atomically: (state, next refresh time).
-        self._snapshot: tuple[FlagState, float] = (self._with_overrides(Flags(), "defaults", None), -1e300)
+        self._snapshot: tuple[FlagState, float] = (
+            self._with_overrides(Flags(), SummonRules(), "defaults", None),
+            -1e300,
+        )
         self._tried = False  # a read was attempted: later refreshes no longer block other threads
         self._succeeded = False  # a read succeeded: failures now keep "last known" values
 
@@ -157,8 +260,9 @@ class FlagReader:
         previous = self._snapshot[0]
         now = self._clock()
         try:
-            raw = self._source(SETTING_NAMES)
+            raw = self._source(PLUGIN_SETTING_NAMES)
             flags, bad, missing = self._parse(raw, previous.flags)
+            summon, summon_bad, summon_missing = self._parse_summon(raw, previous.summon)
         except Exception as exc:  # any failure keeps the last values: a flag read must never stop a job
             FLAG_READS.labels(outcome="error").inc()
             origin: Origin = "last_known" if self._succeeded else "defaults"
@@ -173,6 +277,7 @@ class FlagReader:
             self._snapshot = (state, now + self._retry_failed_s)
             self._tried = True
             return
+        bad += summon_bad
         FLAG_READS.labels(outcome="partial" if bad else "ok").inc()
         if bad:
             log.warning("flag settings with unusable values kept their last value: %s", ", ".join(bad))
@@ -180,9 +285,16 @@ class FlagReader:
             log.warning(
                 "flag settings not found (is the citebot plugin installed?), off: %s", ", ".join(missing)
             )
-        state = self._with_overrides(flags, "discourse", now)
+        if summon_missing:
+            log.warning(
+                "summon settings not found (citebot plugin older than the worker?), cautious defaults: %s",
+                ", ".join(summon_missing),
+            )
+        state = self._with_overrides(flags, summon, "discourse", now)
         if state.flags != previous.flags:
             log.info("flags now %s", state.flags.as_dict(), extra={"stage": "flags"})
+        if state.summon != previous.summon:
+            log.info("summon rules now %s", state.summon.as_dict(), extra={"stage": "flags"})
         self._snapshot = (state, now + self._ttl)
         self._tried = self._succeeded = True
 
@@ -202,8 +314,30 @@ class FlagReader:
                 bad.append(setting)
         return Flags(**values), bad, missing
 
-    def _with_overrides(self, flags: Flags, origin: Origin, read_at: float | None) -> FlagState:
+    def _parse_summon(
+        self, raw: Mapping[str, object], last: SummonRules
+    ) -> tuple[SummonRules, list[str], list[str]]:
+        values: dict[str, object] = {}
+        bad, missing = [], []
+        for name in SUMMON_NAMES:
+            setting = SETTING_PREFIX + name
+            if setting not in raw:
+                values[name] = getattr(SummonRules(), name)  # not declared: the cautious default
+                missing.append(setting)
+                continue
+            try:
+                values[name] = _SUMMON_PARSERS[name](raw[setting])
+            except ValueError:
+                values[name] = getattr(last, name)
+                bad.append(setting)
+        return SummonRules(**values), bad, missing  # type: ignore[arg-type]
+
+    def _with_overrides(
+        self, flags: Flags, summon: SummonRules, origin: Origin, read_at: float | None
+    ) -> FlagState:
         flags = replace(flags, **self._overrides)
+        summon = replace(summon, **self._summon_overrides)  # type: ignore[arg-type]
         for name, value in flags.as_dict().items():
             FLAG_VALUE.labels(flag=name).set(1 if value else 0)
-        return FlagState(flags, origin, tuple(sorted(self._overrides)), read_at)
+        overridden = tuple(sorted([*self._overrides, *self._summon_overrides]))
+        return FlagState(flags, origin, overridden, read_at, summon)

@@ -7,15 +7,18 @@ through its states so that a retry resumes where the last attempt stopped::
     queued ──retrieve──▶ retrieved ──generate+sanitize──▶ generated ──post──▶ posted | abstained
     any ──permanent error / LLM down after retries──▶ failed (apology posted or not: llm.on_failure)
     queued ──flag off / rate limit / post gone──▶ skipped
+    queued ──summon policy refuses──▶ denied  (with a refusal notice: ──▶ generated ──post──▶ denied)
 
 | stage | module |
 |---|---|
 | load post + flags | ``worker.clients.discourse``, ``worker.flags`` |
+| who may ask, and where | ``worker.summon``, ``worker.members`` |
 | question text | ``worker.question`` |
 | 0 gate | ``gate`` |
 | 1–3 recall, keyword, RRF, rerank, zones | ``worker.retrieval.pipeline`` |
 | 4 generate | ``worker.generation.prompt``, ``worker.clients.llm`` / ``worker.generation.offline`` |
 | 5 sanitize | ``sanitizer`` |
+| last check of the sources before posting | ``worker.recheck`` |
 | 6 post | ``worker.clients.discourse`` + ``worker.answers`` |
 
 Exactly once: the row is the unit; a job holds a PostgreSQL advisory lock on the post id for its whole
@@ -40,18 +43,20 @@ from psycopg_pool import ConnectionPool
 from gate import Gate, GateDecision, IntentLayer, canned_text, detect_language
 from sanitizer import LinkGrain, SanitizeResult, sanitize
 from worker import answers
-from worker.domain import Completion, Delivery, ForumPost, PendingPost, Source, Zone
+from worker.domain import Completion, Delivery, ForumPost, ForumTopic, PendingPost, Source, Zone
 from worker.errors import CitebotError, NotFoundError, PermanentError, TransientError
-from worker.flags import FlagReader, Flags
+from worker.flags import FlagReader, Flags, SummonRules
 from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, Prompt, build_prompt
 from worker.html_text import html_to_text
 from worker.limits import RateLimiter
+from worker.members import MemberDirectory
 from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
 from worker.question import extract_question, question_for
 from worker.recheck import Recheck, SourceCheck
 from worker.retrieval.pipeline import Retriever
 from worker.settings import Settings
+from worker.summon import NOTICE, RULE_PREFIX, SummonDecision, SummonPolicy
 from worker.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -104,6 +109,7 @@ class AnswerPipeline:
         chat: ChatModel,
         limiter: RateLimiter | None = None,
         intent: IntentLayer | None = None,
+        summon: SummonPolicy | None = None,
         recheck: SourceCheck | None = None,
     ) -> None:
         self.settings = settings
@@ -115,6 +121,11 @@ class AnswerPipeline:
         self.chat = chat
         self.limiter = limiter
         self.intent = intent
+        self.summon = summon or SummonPolicy(
+            MemberDirectory(forum, settings.summon),
+            bot_username=settings.discourse.bot_username,
+            answer_pms=settings.discourse.answer_pms,
+        )
         self.recheck = recheck
 
     # -- entry point -------------------------------------------------------------------------------
@@ -176,11 +187,22 @@ class AnswerPipeline:
 
         with self._stage(trace, "load"):
             post = self._load_post(post_id)
-        if post is None or post.deleted or post.hidden:
+            topic = None
+            if post is not None and not (post.deleted or post.hidden):
+                topic = self._load_topic(post.topic_id)
+        if post is None or topic is None:
             answers.transition(conn, post_id, ["queued", "retrieved"], "skipped", error="post gone or hidden")
             return Outcome(post_id, "skipped", "post gone or hidden")
         if row.user_id is None:
             answers.record_author(conn, post_id, post.user_id, post.username, post.post_number)
+
+        # who may ask, and where: decided before anything reads the question's text (worker/summon.py)
+        with self._stage(trace, "summon") as st:
+            decision = self.summon.check(post, topic, state.summon)
+            st.info.update(decision.trace())
+        if not decision.allowed:
+            return self._deny(conn, post, decision, state.summon, trace)
+
         if self.limiter is not None and row.state == "queued":
             limit = self.limiter.check(post_id=post_id, user_id=post.user_id, topic_id=post.topic_id)
             if not limit.allowed:
@@ -189,7 +211,7 @@ class AnswerPipeline:
                 return Outcome(post_id, "skipped", f"rate limit {limit.reason}")
 
         with self._stage(trace, "question"):
-            question = self._question(post)
+            question = self._question(post, topic)
         log.debug("question of post %d: %s", post_id, question, extra={"post_id": post_id})
         trace.info["language"] = detect_language(question)
 
@@ -394,7 +416,9 @@ class AnswerPipeline:
         if row is None or row.state != "generated" or row.reply_raw is None:
             raise PermanentError(f"post {post_id} has no generated reply to post", service="citebot")
         final: answers.AnswerState = (
-            "refused" if row.rule_id else ("abstained" if row.zone == "abstain" else "posted")
+            ("denied" if row.rule_id.startswith(RULE_PREFIX) else "refused")
+            if row.rule_id
+            else ("abstained" if row.zone == "abstain" else "posted")
         )
         started = time.perf_counter()
         existing = self._existing_reply(row) if resumed else None
@@ -462,6 +486,42 @@ class AnswerPipeline:
         )
         return Outcome(row.post_id, "held_for_review", why)
 
+    def _deny(
+        self,
+        conn: psycopg.Connection[Any],
+        post: ForumPost,
+        decision: SummonDecision,
+        rules: SummonRules,
+        trace: Trace,
+    ) -> Outcome:
+        """The summon policy refused the question: final state ``denied``, its reason in ``rule_id``.
+
+        With ``citebot_refusal_notice`` ``short``, a refused member (never a refused place) gets one
+        generic line in the post's language, naming no reason (a silence is nobody else's business);
+        the notice counts against the member's and the topic's hourly limits, so refusals cannot be
+        turned into a flood of notices."""
+        log.info(
+            "question denied (%s)", decision.reason, extra={"post_id": post.id, "topic_id": post.topic_id}
+        )
+        fields: dict[str, object] = {
+            "rule_id": decision.rule_id,
+            "error": decision.detail,
+            "trace": self._trace_dict(trace, kind="summon"),
+        }
+        if rules.refusal_notice == "short" and decision.may_notify and self._notice_within_limits(post):
+            language = detect_language(post.raw or html_to_text(post.cooked))
+            answers.transition(
+                conn, post.id, ["queued", "retrieved"], "generated", reply_raw=NOTICE[language], **fields
+            )
+            return self._post(conn, post.id, resumed=False)
+        answers.transition(conn, post.id, ["queued", "retrieved"], "denied", **fields)
+        return Outcome(post.id, "denied", decision.rule_id)
+
+    def _notice_within_limits(self, post: ForumPost) -> bool:
+        if self.limiter is None:
+            return True
+        return self.limiter.check(post_id=post.id, user_id=post.user_id, topic_id=post.topic_id).allowed
+
     # -- failure handling ---------------------------------------------------------------------------
 
     def _give_up(self, conn: psycopg.Connection[Any], post_id: int, topic_id: int, why: str) -> Outcome:
@@ -525,13 +585,19 @@ class AnswerPipeline:
         except NotFoundError:
             return None
 
-    def _question(self, post: ForumPost) -> str:
+    def _load_topic(self, topic_id: int) -> ForumTopic | None:
+        try:
+            return self.forum.get_topic(topic_id)
+        except NotFoundError:
+            return None
+
+    def _question(self, post: ForumPost, topic: ForumTopic) -> str:
         bot = self.settings.discourse.bot_username
         own = extract_question(post.raw or "", bot)
         if own:
             return own
-        # Only a mention: the question is the topic's (title and first post), read once.
-        topic = self.forum.get_topic(post.topic_id)
+        # Only a mention: the question is the topic's (title and its first post, from the read the
+        # summon policy made).
         first = next((p for p in topic.posts if p.post_number == 1), None)
         first_raw = (
             None if first is None else (first.raw if first.raw is not None else html_to_text(first.cooked))

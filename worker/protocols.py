@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from worker.domain import Completion, EmbedKind, ForumPost, ForumTopic, PendingPost, SearchHit
+from worker.domain import Completion, EmbedKind, ForumPost, ForumTopic, Member, PendingPost, SearchHit
 
 
 @runtime_checkable
@@ -64,6 +64,10 @@ class Forum(KeywordSearch, Protocol):
     ) -> ForumPost | PendingPost: ...
 
     def get_site_settings(self, names: Sequence[str]) -> dict[str, object]: ...
+
+    def get_user(self, user_id: int) -> Member: ...
+
+    def get_user_by_username(self, username: str) -> Member: ...
 
 
 class Indexer(Protocol):

@@ -333,6 +333,35 @@ class FlagsSettings(BaseModel):
     override_rerank: bool | None = Field(None, description="Force `citebot_rerank`.")
     override_post_links: bool | None = Field(None, description="Force `citebot_post_links`.")
     override_intent_layer: bool | None = Field(None, description="Force `citebot_intent_layer`.")
+    override_allowed_groups: str | None = Field(
+        None,
+        description="Force `citebot_allowed_groups`: group names or ids, comma- or pipe-separated"
+        " (empty: no group restriction).",
+    )
+    override_min_trust_level: int | None = Field(
+        None, ge=0, le=4, description="Force `citebot_min_trust_level` (0-4)."
+    )
+    override_refusal_notice: Literal["none", "short"] | None = Field(
+        None, description="Force `citebot_refusal_notice` (`none` or `short`)."
+    )
+
+
+class SummonSettings(BaseModel):
+    """How the worker reads who summons the bot (the rules themselves are plugin settings)."""
+
+    member_cache_ttl_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="How long a member's trust level, groups and penalties read from the forum are"
+        " trusted (a silence takes effect within this time; 0: read on every question).",
+    )
+    public_profile_fallback: bool = Field(
+        False,
+        description="A bot account without staff rights cannot read /admin/users: read /u/{username}.json"
+        " instead (trust level, groups, suspension; silenced and staged unseen). Off: such a bot"
+        " answers no one.",
+    )
 
 
 class LimitsSettings(BaseModel):
@@ -387,6 +416,7 @@ class Settings(BaseSettings):
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)  # type: ignore[arg-type]
     flags: FlagsSettings = Field(default_factory=FlagsSettings)  # type: ignore[arg-type]
     limits: LimitsSettings = Field(default_factory=LimitsSettings)  # type: ignore[arg-type]
+    summon: SummonSettings = Field(default_factory=SummonSettings)  # type: ignore[arg-type]
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_json: bool = Field(False, description="Log one JSON object per line (production).")
     metrics_port: int | None = Field(

@@ -23,6 +23,7 @@ from worker.testing.forum import FakeForum
 
 KEY = "contract-forum-key"
 BOT = "citebot"
+USER_IDS = {"alice": 2, "bob": 3, "carol": 4, "dave": 5}  # as tests/eval/forum/export.py writes them
 
 
 def _fake() -> FakeForum:
@@ -33,7 +34,7 @@ def _fake() -> FakeForum:
         forum.add_topic(tid, title, title.lower().replace(" ", "-"), int(topic["category_id"]))  # type: ignore[call-overload]
         posts: list[tuple[str, str]] = topic["posts"]  # type: ignore[assignment]
         for n, (username, text) in enumerate(posts, start=1):
-            forum.add_post(tid * 100 + n, tid, n, text, username=username)
+            forum.add_post(tid * 100 + n, tid, n, text, username=username, user_id=USER_IDS[username])
     forum.settings["citebot_enabled"] = True
     return forum
 
@@ -103,3 +104,39 @@ def test_a_created_post_is_the_topics_next_and_can_be_read_back(forum: Forum) ->
 
 def test_site_settings_answer_the_names_asked_that_exist(forum: Forum) -> None:
     assert forum.get_site_settings(["citebot_enabled", "citebot_no_such_flag"]) == {"citebot_enabled": True}
+
+
+# -- what the summon policy reads (worker/summon.py): the bot's view of a topic, an author's account ----
+
+
+def test_an_open_topic_is_one_the_bot_may_reply_in(forum: Forum) -> None:
+    topic = forum.get_topic(12)
+    assert (topic.closed, topic.archived, topic.can_reply, topic.private_message) == (
+        False,
+        False,
+        True,
+        False,
+    )
+    assert (topic.allowed_users, topic.allowed_groups) == ((), ())
+
+
+def test_a_posts_author_is_read_with_trust_level_groups_and_no_penalty(forum: Forum) -> None:
+    post = forum.get_post(1002)
+    member = forum.get_user(post.user_id)
+    assert (member.id, member.username, member.trust_level) == (post.user_id, "bob", 1)
+    assert (member.silenced, member.suspended, member.staged, member.staff) == (False, False, False, False)
+    assert {"trust_level_0", "trust_level_1", "10", "11"} <= member.groups
+    assert "trust_level_2" not in member.groups
+    assert member.complete
+
+
+def test_a_missing_account_is_not_found(forum: Forum) -> None:
+    with pytest.raises(NotFoundError):
+        forum.get_user(999_999)
+    with pytest.raises(NotFoundError):
+        forum.get_user_by_username("nobody-here")
+
+
+def test_the_public_profile_is_an_incomplete_member(forum: Forum) -> None:
+    member = forum.get_user_by_username("bob")
+    assert (member.username, member.trust_level, member.complete) == ("bob", 1, False)

@@ -2,8 +2,9 @@
 the webhook app, Redis, a real ``citebot worker run`` process, the TEI + OpenAI double
 (``worker.testing.server``), all started by the stack launcher.
 
-``open_stack`` builds it; ``env`` adds worker settings (``CITEBOT_…`` variables) and ``forum`` changes
-the forum double's ``ForumConfig`` fields (its API budget, review queue, …).
+``open_stack`` builds it; ``env`` adds worker settings (``CITEBOT_…`` variables), ``discourse`` sets
+``DiscourseSettings`` fields for the webhook app and the worker alike (``answer_pms``), and ``forum``
+changes the forum double's ``ForumConfig`` fields (its API budget, review queue, …).
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ def open_stack(
     tmp_path: Path,
     *,
     env: Mapping[str, str] | None = None,
+    discourse: Mapping[str, Any] | None = None,
     forum: Mapping[str, Any] | None = None,
     topics: list[dict[str, object]] = TOPICS,
 ) -> Iterator[Stack]:
@@ -188,7 +190,7 @@ def open_stack(
 
     intake = DramatiqIntake(declare_actors(broker, enqueue_only, base.limits))
     webhook_app = create_app(
-        make_settings(db_url, redis_url, discourse={"webhook_secret": SECRET}),
+        make_settings(db_url, redis_url, discourse={"webhook_secret": SECRET, **(discourse or {})}),
         intake,
         aredis_lib.Redis.from_url(redis_url),
     )
@@ -208,7 +210,12 @@ def open_stack(
         launcher.on_stop(app.close)
         forum_url = launcher.thread(app.app, name="forum", lifespan="on")
         app.config.base_url = forum_url
-        discourse = {"base_url": forum_url, "api_key": KEY, "api_username": "citebot"}
+        worker_discourse = {
+            "base_url": forum_url,
+            "api_key": KEY,
+            "api_username": "citebot",
+            **(discourse or {}),
+        }
         launcher.configure(
             {
                 "database": {"url": db_url},
@@ -218,7 +225,7 @@ def open_stack(
                     "heartbeat_timeout_ms": 2000,
                     "maintenance_chance": 1000000,
                 },
-                "discourse": discourse,
+                "discourse": worker_discourse,
                 "embeddings": {
                     "provider": "tei",
                     "base_url": models_url,
@@ -232,7 +239,7 @@ def open_stack(
             }
         )
         launcher.env.update(env or {})
-        settings = make_settings(db_url, redis_url, discourse=discourse)
+        settings = make_settings(db_url, redis_url, discourse=worker_discourse)
         http = httpx.Client(timeout=10)
         launcher.on_stop(http.close)
         s = Stack(settings, app, forum_url, models, db_url, launcher, http)

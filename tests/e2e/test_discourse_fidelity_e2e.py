@@ -70,8 +70,10 @@ def test_reply_held_for_review_is_final_and_never_posted_twice(
     db_url: str, redis_url: str, tmp_path: Path
 ) -> None:
     # A bot account that is not staff, in a forum that sends its posts to the review queue; the flags
-    # come from the environment since a non-admin cannot read site settings.
+    # come from the environment since a non-admin cannot read site settings, and the asker from the
+    # public profile since a non-admin cannot read /admin/users (worker/members.py).
     env = {f"CITEBOT_FLAGS__OVERRIDE_{name}": "true" for name in ("ENABLED", "POSTS_PIPELINE", "RERANK")}
+    env["CITEBOT_SUMMON__PUBLIC_PROFILE_FALLBACK"] = "true"
     with open_stack(
         db_url, redis_url, tmp_path, env=env, forum={"bot_admin": False, "admins": ("system",)}
     ) as stack:

@@ -17,7 +17,18 @@ from worker.cli import main
 from worker.clients.discourse import DiscourseClient
 from worker.commands.flags import set_flag, show_flags
 from worker.errors import ServiceUnavailableError
-from worker.flags import SETTING_NAMES, FlagReader, Flags, flag_name, parse_flag
+from worker.flags import (
+    PLUGIN_SETTING_NAMES,
+    SETTING_NAMES,
+    FlagReader,
+    Flags,
+    SummonRules,
+    flag_name,
+    parse_flag,
+    parse_group_list,
+    parse_notice,
+    parse_trust_level,
+)
 from worker.settings import DiscourseSettings, FlagsSettings
 
 ALL_ON = dict.fromkeys(SETTING_NAMES, True)
@@ -111,8 +122,13 @@ def test_values_come_as_bools_or_strings() -> None:
         enabled=True, posts_pipeline=True, input_gate=False, rerank=True, post_links=False
     )
     assert state.origin == "discourse"
-    assert source.calls == [SETTING_NAMES]
-    assert state.trace() == {"flags": state.flags.as_dict(), "origin": "discourse", "overridden": []}
+    assert source.calls == [PLUGIN_SETTING_NAMES]  # the flags and the summon rules: one request
+    assert state.trace() == {
+        "flags": state.flags.as_dict(),
+        "origin": "discourse",
+        "overridden": [],
+        "summon": {"allowed_groups": [], "min_trust_level": 1, "refusal_notice": "none"},
+    }
 
 
 def test_cached_for_the_ttl_then_read_again() -> None:
@@ -271,7 +287,15 @@ def test_an_expired_cache_does_not_block_other_threads() -> None:
 # -- the command -------------------------------------------------------------------------------------
 
 
-def site_settings_json(values: Mapping[str, str]) -> dict[str, object]:
+# The types the plugin's settings.yml gives its non-boolean settings, as the admin API reports them.
+_TYPES = {
+    "citebot_allowed_groups": "group_list",
+    "citebot_min_trust_level": "enum",
+    "citebot_refusal_notice": "enum",
+}
+
+
+def site_settings_json(values: Mapping[str, object]) -> dict[str, object]:
     """``GET /admin/site_settings.json?plugin=citebot`` as Discourse answers it."""
     return {
         "site_settings": [
@@ -279,7 +303,7 @@ def site_settings_json(values: Mapping[str, str]) -> dict[str, object]:
                 "setting": name,
                 "description": "…",
                 "default": "false",
-                "type": "bool",
+                "type": _TYPES.get(name, "bool"),
                 "value": value,
                 "category": "plugins",
                 "preview": None,
@@ -318,6 +342,9 @@ def test_show_prints_discourse_override_and_effective_values() -> None:
         "citebot_rerank           on         off       off",
         "citebot_post_links       -          -         off",
         "citebot_intent_layer     off        -         off",
+        "citebot_allowed_groups   (any)",
+        "citebot_min_trust_level  1",
+        "citebot_refusal_notice   none",
         "warning: citebot_post_links is not declared (is the citebot plugin installed?)",
     ]
 
@@ -330,7 +357,8 @@ def test_show_json() -> None:
     show_flags(forum_over(handler), flags_settings(), as_json=True, out=out)
     data = json.loads(out.getvalue())
     assert data["citebot_post_links"] == {"discourse": True, "override": None, "effective": True}
-    assert len(data) == 6
+    assert data["citebot_min_trust_level"] == {"effective": 1}
+    assert len(data) == 9
 
 
 def test_set_puts_the_site_setting_and_notes_a_conflicting_override() -> None:
@@ -373,3 +401,103 @@ def test_cli_show_with_the_forum_down_is_one_line_and_exit_1(
     err = capsys.readouterr().err
     assert err.startswith("citebot: error: discourse")
     assert "Traceback" not in err
+
+
+# -- summon rules (who may summon the bot), read with the flags ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", ()),
+        ("11|14", ("11", "14")),  # a group_list as Discourse stores it: group ids joined by "|"
+        ("Moderators, trust_level_2", ("moderators", "trust_level_2")),
+        ("3|3|", ("3",)),
+        (["staff", 12], ("staff", "12")),
+    ],
+)
+def test_parse_group_list(value: object, expected: tuple[str, ...]) -> None:
+    assert parse_group_list(value) == expected
+
+
+@pytest.mark.parametrize("value", [None, 3, True])
+def test_parse_group_list_refuses_the_rest(value: object) -> None:
+    with pytest.raises(ValueError, match="not a group list"):
+        parse_group_list(value)
+
+
+def test_parse_trust_level_and_notice() -> None:
+    assert parse_trust_level("2") == 2
+    assert parse_trust_level(0) == 0
+    for bad in ("5", "-1", "two", True, None):
+        with pytest.raises(ValueError, match="not a trust level"):
+            parse_trust_level(bad)
+    assert parse_notice(" Short ") == "short"
+    with pytest.raises(ValueError, match="not a refusal notice"):
+        parse_notice("loud")
+
+
+def test_summon_rules_come_from_the_same_read_as_the_flags() -> None:
+    source = Source(
+        {
+            **ALL_ON,
+            "citebot_allowed_groups": "11|support",
+            "citebot_min_trust_level": "2",
+            "citebot_refusal_notice": "short",
+        }
+    )
+    state = FlagReader(source, flags_settings(), clock=Clock()).state()
+    assert state.summon == SummonRules(("11", "support"), 2, "short")
+    assert len(source.calls) == 1
+
+
+def test_summon_rules_default_to_the_cautious_ones_when_missing_or_unread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, source = Clock(), Source(ALL_ON)  # an older plugin: no summon settings declared
+    reader = FlagReader(source, flags_settings(), clock=clock)
+    assert reader.state().summon == SummonRules((), 1, "none")
+    assert "summon settings not found" in caplog.text
+    failing = Source(ALL_ON)
+    failing.fail = ServiceUnavailableError("down")
+    assert FlagReader(failing, flags_settings(), clock=clock).state().summon == SummonRules()
+
+
+def test_an_unusable_summon_value_keeps_its_last_value() -> None:
+    clock = Clock()
+    source = Source({**ALL_ON, "citebot_min_trust_level": "3", "citebot_refusal_notice": "short"})
+    reader = FlagReader(source, flags_settings(), clock=clock)
+    assert reader.state().summon.min_trust_level == 3
+    source.values["citebot_min_trust_level"] = "9"
+    source.values["citebot_refusal_notice"] = "none"
+    clock.now += 60
+    partial = reads("partial")
+    summon = reader.state().summon
+    assert summon.min_trust_level == 3
+    assert summon.refusal_notice == "none"
+    assert reads("partial") == partial + 1
+
+
+def test_summon_overrides_win_like_the_flags() -> None:
+    settings = flags_settings(
+        override_allowed_groups="Staff,trust_level_3",
+        override_min_trust_level=0,
+        override_refusal_notice="short",
+    )
+    source = Source({**ALL_ON, "citebot_allowed_groups": "", "citebot_min_trust_level": "2"})
+    state = FlagReader(source, settings, clock=Clock()).state()
+    assert state.summon == SummonRules(("staff", "trust_level_3"), 0, "short")
+    assert state.overridden == ("allowed_groups", "min_trust_level", "refusal_notice")
+
+
+def test_show_prints_the_summon_rules_in_effect() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        values: dict[str, object] = dict.fromkeys(SETTING_NAMES, "true")
+        values.update(citebot_allowed_groups="11|support", citebot_min_trust_level="1")
+        return httpx.Response(200, json=site_settings_json(values))
+
+    out = io.StringIO()
+    show_flags(forum_over(handler), flags_settings(override_min_trust_level=3), out=out)
+    lines = out.getvalue().splitlines()
+    assert "citebot_allowed_groups   11,support" in lines
+    assert "citebot_min_trust_level  3" in lines  # the override wins, as in the workers

@@ -94,10 +94,13 @@ def _index(pool: ConnectionPool, embedder: FakeEmbedder) -> None:
 def build_world(
     db_url: str, redis_url: str, chat: ChatModel, **settings_overrides: object
 ) -> Iterator[World]:
+    discourse = {"base_url": "https://forum.test", "bot_username": "citebot", "api_username": "citebot"}
+    extra = settings_overrides.pop("discourse", {})
+    assert isinstance(extra, dict)
     settings = make_settings(
         db_url,
         redis_url,
-        discourse={"base_url": "https://forum.test", "bot_username": "citebot", "api_username": "citebot"},
+        discourse={**discourse, **extra},
         limits={"max_retries": 2},
         **settings_overrides,
     )

@@ -19,12 +19,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 
 from worker.budget import ApiBudget, Priority
 from worker.clients import http as outbound
-from worker.domain import ForumPost, ForumTopic, Notification, PendingPost, SearchHit, optional_int
+from worker.domain import (
+    ForumPost,
+    ForumTopic,
+    Member,
+    Notification,
+    PendingPost,
+    SearchHit,
+    optional_int,
+)
 from worker.errors import CitebotError, PermanentError, RateLimitedError
 from worker.settings import DiscourseSettings
 
@@ -123,6 +132,8 @@ class DiscourseClient:
                     for p in (page.get("post_stream") or {}).get("posts") or []
                 )
             posts.sort(key=lambda p: p.post_number)
+        raw_details = data.get("details")
+        details: Mapping[str, Any] = raw_details if isinstance(raw_details, Mapping) else {}
         return ForumTopic(
             id=int(data["id"]),
             title=str(data.get("title") or ""),
@@ -133,7 +144,31 @@ class DiscourseClient:
             deleted=data.get("deleted_at") is not None,
             tags=tuple(_tag_name(t) for t in data.get("tags") or []),
             posts=tuple(posts),
+            closed=bool(data.get("closed", False)),
+            archived=bool(data.get("archived", False)),
+            # TopicViewDetailsSerializer#include_can_create_post?: present (true) only when we may reply.
+            can_reply=details.get("can_create_post") is True,
+            allowed_users=_names(details.get("allowed_users"), "username"),
+            allowed_groups=_names(details.get("allowed_groups"), "name"),
         )
+
+    def get_user(self, user_id: int) -> Member:
+        """``GET /admin/users/{id}.json`` (staff only; Admin::UsersController#show renders
+        AdminDetailedUserSerializer without a root): trust level, admin, moderator, staged, silenced,
+        suspended and every group of the account. A bot account without staff rights gets
+        ``NotFoundError``, like a missing account (the admin routes sit under ``StaffConstraint``)."""
+        data = self._request("GET", f"/admin/users/{int(user_id)}.json")
+        return Member.from_json(data, complete=True)
+
+    def get_user_by_username(self, username: str) -> Member:
+        """``GET /u/{username}.json`` (UsersController#show, UserSerializer under ``user``): trust level,
+        admin, moderator, suspension and the groups the caller may see; no silenced field, and ``staged``
+        only for a staff caller, so the account is ``complete`` only when that field is there."""
+        data = self._request("GET", f"/u/{quote(username, safe='')}.json")
+        user = data.get("user")
+        if not isinstance(user, Mapping):
+            raise PermanentError(f"GET /u/{username}.json: answer without a user", service=SERVICE)
+        return Member.from_json(user, complete=False)
 
     def search(self, query: str, *, limit: int = 25) -> list[SearchHit]:
         """``GET /search.json?q=…``: one post per topic, best first, as Discourse ranks them."""
@@ -273,6 +308,13 @@ def _setting_value(item: Mapping[str, Any]) -> object:
     if item.get("type") == "bool" and isinstance(value, str):
         return value.strip().lower() == "true"
     return value
+
+
+def _names(items: object, key: str) -> tuple[str, ...]:
+    """The ``key`` of each object of a JSON list (``allowed_users`` / ``allowed_groups``)."""
+    if not isinstance(items, list):
+        return ()
+    return tuple(str(i[key]) for i in items if isinstance(i, Mapping) and i.get(key))
 
 
 def _tag_name(tag: object) -> str:

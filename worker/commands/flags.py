@@ -12,7 +12,16 @@ import httpx
 
 from worker.commands.common import settings_from
 from worker.errors import ServiceUnavailableError
-from worker.flags import FLAG_NAMES, SETTING_NAMES, SETTING_PREFIX, flag_name, overrides_of, parse_flag
+from worker.flags import (
+    FLAG_NAMES,
+    PLUGIN_SETTING_NAMES,
+    SETTING_PREFIX,
+    SUMMON_NAMES,
+    FlagReader,
+    flag_name,
+    overrides_of,
+    parse_flag,
+)
 from worker.settings import FlagsSettings
 
 NAME = "flags"
@@ -101,8 +110,9 @@ def _word(value: bool | None) -> str:
 def show_flags(
     forum: SiteSettings, settings: FlagsSettings, *, as_json: bool = False, out: TextIO | None = None
 ) -> int:
-    """Print each flag: Discourse's value, the override, the value in effect. Returns the exit code."""
-    raw = forum.get_site_settings(SETTING_NAMES)
+    """Print each flag: Discourse's value, the override, the value in effect; then the summon rules in
+    effect (as a worker reads them: ``FlagReader``). Returns the exit code."""
+    raw = forum.get_site_settings(PLUGIN_SETTING_NAMES)
     overrides = overrides_of(settings)
     rows: list[tuple[str, bool | None, bool | None, bool]] = []
     problems = []
@@ -119,13 +129,19 @@ def show_flags(
         override = overrides.get(name)
         effective = override if override is not None else bool(stored)
         rows.append((setting, stored, override, effective))
+    summon = FlagReader(lambda names: raw, settings).state().summon.as_dict()
     if as_json:
-        data = {s: {"discourse": d, "override": o, "effective": e} for s, d, o, e in rows}
+        data: dict[str, object] = {s: {"discourse": d, "override": o, "effective": e} for s, d, o, e in rows}
+        data.update({SETTING_PREFIX + name: {"effective": summon[name]} for name in SUMMON_NAMES})
         print(json.dumps(data, sort_keys=True), file=out)
     else:
         print(f"{'flag':<24} {'discourse':<10} {'override':<9} effective", file=out)
         for setting, stored, override, effective in rows:
             print(f"{setting:<24} {_word(stored):<10} {_word(override):<9} {_word(effective)}", file=out)
+        for name in SUMMON_NAMES:
+            value = summon[name]
+            shown = (",".join(value) or "(any)") if isinstance(value, list) else str(value)
+            print(f"{SETTING_PREFIX + name:<24} {shown}", file=out)
         for problem in problems:
             print(f"warning: {problem}", file=out)
     return 0

@@ -1,5 +1,11 @@
-"""An in-memory ``Forum`` for unit tests: posts, topics, search by word overlap, site settings, and the
-bot's notifications (what the catch-up poller reads).
+"""An in-memory ``Forum`` for unit tests: posts, topics, search by word overlap, site settings, the
+bot's notifications (what the catch-up poller reads) and the members behind the posts.
+
+Every author of a post is a member (trust level 1 and its automatic groups, no penalty: a new account
+once it has read a little) until ``set_member`` says otherwise; the bot is an admin. ``get_user``
+answers as ``GET /admin/users/{id}.json`` would, 404 when ``bot_is_staff`` is off, like Discourse to a
+caller without staff rights (its admin routes sit under ``StaffConstraint``); ``get_user_by_username``
+as ``/u/{username}.json`` (an incomplete ``Member``).
 
 A real implementation of the protocol (not a mock): it keeps state, assigns ids, and records every
 post the bot creates, so tests assert on what the forum would show.
@@ -11,11 +17,23 @@ import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
-from worker.domain import ForumPost, ForumTopic, Notification, NotificationKind, SearchHit
+from worker.domain import ForumPost, ForumTopic, Member, Notification, NotificationKind, SearchHit
 from worker.errors import CitebotError, NotFoundError
 
 _WORD = re.compile(r"\w{3,}")
+# Group::AUTO_GROUPS (app/models/group.rb): the automatic groups and their ids.
+AUTO_GROUP_IDS = {"admins": 1, "moderators": 2, "staff": 3} | {f"trust_level_{n}": 10 + n for n in range(5)}
+
+
+def automatic_groups(trust_level: int, *, admin: bool = False, moderator: bool = False) -> frozenset[str]:
+    """The automatic groups of an account, by name and by id (``Group.refresh_automatic_groups!``: every
+    trust level up to its own, staff for admins and moderators)."""
+    names = [f"trust_level_{n}" for n in range(trust_level + 1)]
+    names += (["admins"] if admin else []) + (["moderators"] if moderator else [])
+    names += ["staff"] if admin or moderator else []
+    return frozenset(names) | frozenset(str(AUTO_GROUP_IDS[n]) for n in names)
 
 
 class FakeForum:
@@ -29,10 +47,36 @@ class FakeForum:
         self.fail_settings: CitebotError | None = None
         self.notifications: list[Notification] = []
         self.by_number_calls = 0
+        self.members: dict[int, Member] = {
+            -5: Member(-5, bot, trust_level=4, admin=True, groups=automatic_groups(4, admin=True))
+        }
+        self.user_reads: list[int | str] = []
+        self.topic_reads: list[int] = []
+        self.bot_is_staff = True
         self._ids = itertools.count(100_000)
 
     def add_topic(self, topic_id: int, title: str, slug: str, category_id: int | None = 1) -> None:
         self.topics[topic_id] = ForumTopic(topic_id, title, slug, category_id)
+
+    def set_topic(self, topic_id: int, **changes: object) -> ForumTopic:
+        """Change fields of a topic (closed, archived, ``archetype="private_message"`` with
+        ``allowed_users`` …), as a moderator or a PM invitation would."""
+        topic = replace(self.topics[topic_id], **changes)  # type: ignore[arg-type]
+        self.topics[topic_id] = topic
+        return topic
+
+    def set_member(self, user_id: int, username: str, **fields: Any) -> Member:
+        """Make the account ``user_id`` what a test needs (trust level, groups, silenced, staged …); its
+        automatic groups follow from the trust level and staff flags, ``groups`` adds the others."""
+        groups = frozenset(str(g).lower() for g in fields.pop("groups", ()))
+        auto = automatic_groups(
+            int(fields.get("trust_level", 0)),
+            admin=bool(fields.get("admin", False)),
+            moderator=bool(fields.get("moderator", False)),
+        )
+        member = Member(user_id, username, groups=groups | auto, **fields)
+        self.members[user_id] = member
+        return member
 
     def add_post(
         self,
@@ -60,6 +104,8 @@ class FakeForum:
             category_id=topic.category_id,
         )
         self.posts[post_id] = post
+        if user_id not in self.members:
+            self.members[user_id] = Member(user_id, username, trust_level=1, groups=automatic_groups(1))
         return post
 
     def put_topic(self, topic: ForumTopic) -> None:
@@ -96,6 +142,7 @@ class FakeForum:
         raise NotFoundError(f"post #{post_number} of topic {topic_id}", service="discourse", status=404)
 
     def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
+        self.topic_reads.append(topic_id)
         if topic_id not in self.topics:
             raise NotFoundError(f"topic {topic_id}", service="discourse", status=404)
         topic = self.topics[topic_id]
@@ -151,6 +198,21 @@ class FakeForum:
         newest_first = sorted(self.notifications, key=lambda n: n.id, reverse=True)
         return newest_first[offset : offset + 60]
 
+    def get_user(self, user_id: int) -> Member:
+        self.user_reads.append(user_id)
+        if not self.bot_is_staff:  # the admin routes' StaffConstraint: no route for a non-staff caller
+            raise NotFoundError("GET /admin/users: not staff", service="discourse", status=404)
+        if user_id not in self.members:
+            raise NotFoundError(f"user {user_id}", service="discourse", status=404)
+        return self.members[user_id]
+
+    def get_user_by_username(self, username: str) -> Member:
+        self.user_reads.append(username)
+        for member in self.members.values():
+            if member.username.lower() == username.lower():
+                return replace(member, silenced=False, staged=False, complete=False)
+        raise NotFoundError(f"user {username}", service="discourse", status=404)
+
     def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
         if self.fail_settings is not None:
             raise self.fail_settings
@@ -160,3 +222,6 @@ class FakeForum:
         names = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links", "intent_layer")
         for name in names:
             self.settings[f"citebot_{name}"] = overrides.get(name, True)
+        # The plugin's summon settings at their declared defaults (a test changes them in ``settings``).
+        for name, default in (("allowed_groups", ""), ("min_trust_level", "1"), ("refusal_notice", "none")):
+            self.settings.setdefault(f"citebot_{name}", default)

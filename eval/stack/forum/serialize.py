@@ -171,8 +171,12 @@ def topic_json(
 ) -> dict[str, Any]:
     """``/t/{id}.json`` (``TopicViewSerializer``) for ``guardian``'s user: the first chunk of the post
     stream and every post id in ``stream`` (the posts already filtered by ``TopicView``), the tags the
-    user may see, and for a PM ``details.allowed_users``."""
+    user may see, ``details.can_create_post`` only when the user may reply
+    (TopicViewDetailsSerializer#include_can_create_post? → ``Guardian#can_create?(Post, topic)``), and for a
+    PM ``details.allowed_users``."""
     details: dict[str, Any] = {"can_edit": False, "notification_level": 1, "participants": []}
+    if guardian.can_create_post_on_topic(topic):
+        details["can_create_post"] = True
     if topic["archetype"] == "private_message":
         details["allowed_users"] = [
             {"id": u["id"], "username": u["username"], "avatar_template": avatar(u["username"])}

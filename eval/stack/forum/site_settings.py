@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from worker.flags import SETTING_NAMES
+from worker.flags import SETTING_NAMES, SUMMON_SETTING_NAMES
 
 PLUGIN_NAME = "citebot"
 CORE_SETTINGS_COUNT = 470
@@ -33,8 +33,19 @@ _FLAG_DESCRIPTIONS = {
 if set(_FLAG_DESCRIPTIONS) != set(SETTING_NAMES):
     raise RuntimeError(f"forum double: flags {sorted(set(SETTING_NAMES) ^ set(_FLAG_DESCRIPTIONS))} differ")
 
-CITEBOT_SETTINGS: tuple[Setting, ...] = tuple(
-    (name, "bool", "false", "plugins", PLUGIN_NAME, _FLAG_DESCRIPTIONS[name]) for name in SETTING_NAMES
+# The summon rules, typed as the plugin's settings.yml declares them: a ``group_list`` (group ids joined
+# by ``|``), an ``enum`` of TrustLevelSetting (the value is the level as text) and an ``enum``.
+_SUMMON: dict[str, tuple[str, str, str]] = {
+    "citebot_allowed_groups": ("group_list", "", "Only members of these groups may summon citebot."),
+    "citebot_min_trust_level": ("enum", "1", "Lowest trust level that may summon citebot."),
+    "citebot_refusal_notice": ("enum", "none", "What a member who may not summon citebot sees."),
+}
+if set(_SUMMON) != set(SUMMON_SETTING_NAMES):
+    raise RuntimeError(f"forum double: summon settings {sorted(set(SUMMON_SETTING_NAMES) ^ set(_SUMMON))}")
+
+CITEBOT_SETTINGS: tuple[Setting, ...] = (
+    *((name, "bool", "false", "plugins", PLUGIN_NAME, _FLAG_DESCRIPTIONS[name]) for name in SETTING_NAMES),
+    *((name, kind, default, "plugins", PLUGIN_NAME, text) for name, (kind, default, text) in _SUMMON.items()),
 )
 
 _CORE_NAMED: tuple[Setting, ...] = (
