@@ -12,7 +12,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from worker.domain import ForumPost, ForumTopic, Notification, NotificationKind, SearchHit
+from worker.domain import (
+    ForumCategory,
+    ForumPost,
+    ForumTopic,
+    Notification,
+    NotificationKind,
+    SearchHit,
+    TagGroup,
+)
 from worker.errors import CitebotError, NotFoundError
 
 _WORD = re.compile(r"\w{3,}")
@@ -29,6 +37,15 @@ class FakeForum:
         self.fail_settings: CitebotError | None = None
         self.notifications: list[Notification] = []
         self.by_number_calls = 0
+        # What /c/{id}/show.json and /site.json say; a category missing here is a 404. Categories 1 and
+        # 10 (the defaults of the tests' topics) are public. ``site_lists`` limits /site.json to some.
+        self.categories: dict[int, ForumCategory] = {
+            1: ForumCategory(1, "General", False),
+            10: ForumCategory(10, "Support", False),
+        }
+        self.site_lists: set[int] | None = None
+        self.tag_groups: list[TagGroup] = []
+        self.calls: list[str] = []
         self._ids = itertools.count(100_000)
 
     def add_topic(self, topic_id: int, title: str, slug: str, category_id: int | None = 1) -> None:
@@ -150,6 +167,22 @@ class FakeForum:
         """The bot's notifications, newest first, 60 a page, like Discourse."""
         newest_first = sorted(self.notifications, key=lambda n: n.id, reverse=True)
         return newest_first[offset : offset + 60]
+
+    def get_category(self, category_id: int) -> ForumCategory:
+        self.calls.append(f"category {category_id}")
+        if category_id not in self.categories:
+            raise NotFoundError(f"category {category_id}", service="discourse", status=404)
+        return self.categories[category_id]
+
+    def get_site_categories(self) -> tuple[ForumCategory, ...]:
+        self.calls.append("site")
+        return tuple(
+            c for cid, c in self.categories.items() if self.site_lists is None or cid in self.site_lists
+        )
+
+    def get_tag_groups(self) -> tuple[TagGroup, ...]:
+        self.calls.append("tag_groups")
+        return tuple(self.tag_groups)
 
     def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
         if self.fail_settings is not None:
