@@ -1,11 +1,11 @@
-"""The local forum's HTTP API: the subset of Discourse the bot uses, with Discourse's shapes and errors.
+"""The local forum's HTTP API: the subset of Discourse the bot uses, with Discourse's shapes and errors,
+each route answered as the caller's ``Guardian`` (``guardian.py``) allows.
 
-Routes: ``GET /t/{id}.json``, ``GET /t/{id}/posts.json?post_ids[]=…``, ``GET /posts/{id}.json`` (with
-raw), ``GET /search.json``, ``POST /posts.json``, ``PUT``/``DELETE /posts/{id}.json``,
-``PUT /posts/{id}/recover.json``, ``GET /admin/site_settings.json``, ``PUT
-/admin/site_settings/{name}.json``, ``GET /notifications.json``; test controls under ``/__forum/``
-(faults, users, webhook log and redelivery). Auth: ``Api-Key`` (the one configured key, acting as any
-existing user, like an "All users" key) + ``Api-Username``; reads of public topics need no key.
+Reads in ``reads.py``, posting in ``posting.py``, moderation (categories, topic status, moving posts,
+hiding, anonymizing, admin user reads) in ``moderation.py``; here: edits, deletions, recoveries, the
+admin site settings, the request plumbing. Test controls under ``/__forum/`` (``controls.py``). Auth:
+``Api-Key`` (the one configured key, acting as any existing user, like an "All users" key) +
+``Api-Username``; anonymous reads see what Discourse shows a visitor.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -25,27 +24,26 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from eval.stack.forum import search as forum_search
 from eval.stack.forum.controls import control_routes
+from eval.stack.forum.guardian import FULL, Category, Guardian, Policy
 from eval.stack.forum.limits import SlidingWindowLimiter, rate_limited
+from eval.stack.forum.moderation import moderation_routes
 from eval.stack.forum.pages import page_routes
+from eval.stack.forum.posting import create_post, webhook_body
+from eval.stack.forum.reads import read_routes
 from eval.stack.forum.serialize import (
     error,
+    forbidden,
     invalid_access,
     not_found,
-    notification_json,
-    pending_post_json,
     post_json,
+    reviewable_json,
     site_setting_json,
-    topic_json,
-    webhook_post_json,
     webhook_topic_json,
 )
-from eval.stack.forum.store import ForumStore, Row, User, as_iso
-from eval.stack.forum.text import cook, html_to_text, mentioned_usernames, slugify
+from eval.stack.forum.store import ForumStore, Row, User
+from eval.stack.forum.text import cook, html_to_text, slugify
 from eval.stack.forum.webhooks import Faults, WebhookSender
-
-MENTIONED, REPLIED, PRIVATE_MESSAGE = 1, 2, 6
 
 
 @dataclass
@@ -70,9 +68,39 @@ class ForumConfig:
     admin_api_window_s: float = 60.0
     bot_admin: bool = True
     faults: Faults = field(default_factory=Faults)
-    # ``/site.json``'s categories by id: (name, read_restricted); any other is "Category <id>", public.
+    # Categories by id: (name, read_restricted), written at start-up; a category a topic names and this
+    # leaves out is "Category <id>", public. A read-restricted one is seen by admins and the groups of
+    # ``category_groups`` (full permission); ``category_parents`` nests them.
     categories: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    category_groups: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    category_parents: dict[int, int] = field(default_factory=dict)
     latest_posts_page: int = 50  # posts a page of ``GET /posts.json`` (Discourse: 50)
+    # Site settings Guardian reads (whispers_allowed_groups, hidden_post_visible_groups) and tags of a
+    # staff-only tag group (shown to staff only).
+    whispers_allowed_groups: tuple[str, ...] = ("staff",)
+    hidden_post_visible_groups: tuple[str, ...] = ()
+    staff_only_tags: tuple[str, ...] = ()
+    # lazy_load_categories_groups includes everyone: /site.json lists only the caller's sidebar
+    # categories (a user's own, else these: default_navigation_menu_categories) and their ancestors.
+    lazy_load_categories: bool = False
+    sidebar_category_ids: tuple[int, ...] = ()
+
+    def policy(self) -> Policy:
+        return Policy(self.whispers_allowed_groups, self.hidden_post_visible_groups, self.staff_only_tags)
+
+    def category_seeds(self) -> list[Category]:
+        """The configured categories as rows."""
+        out = []
+        named = dict.fromkeys((*self.category_parents, *self.category_parents.values()), ("", False))
+        named.update(self.categories)
+        for cid, (name, restricted) in sorted(named.items()):
+            groups = self.category_groups.get(cid, ())
+            permissions = {g.lower(): FULL for g in groups} if restricted else {}
+            slug = slugify(name) if name else f"category-{cid}"
+            parent = self.category_parents.get(cid)
+            label = name or f"Category {cid}"
+            out.append(Category(cid, label, slug, parent, restricted, permissions, position=cid))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,30 +133,20 @@ class ForumApp:
         self._log_lock = threading.Lock()
         for name in config.admins:
             store.ensure_user(name, admin=True)
+        store.seed_categories(config.category_seeds())
         api = self._api
         self.app = Starlette(
             routes=[
-                Route("/t/{topic_id:int}.json", api(self.get_topic), methods=["GET"]),
-                Route("/t/{slug}/{topic_id:int}.json", api(self.get_topic), methods=["GET"]),
-                Route("/t/{topic_id:int}/posts.json", api(self.get_topic_posts), methods=["GET"]),
-                Route("/posts/{post_id:int}.json", api(self.get_post), methods=["GET"]),
-                Route("/posts.json", api(self.create_post), methods=["POST"]),
-                Route("/posts.json", api(self.latest_posts), methods=["GET"]),
-                Route("/site.json", api(self.site), methods=["GET"]),
+                *read_routes(self),
+                Route("/posts.json", api(lambda r: create_post(self, r)), methods=["POST"]),
                 Route("/posts/{post_id:int}.json", api(self.edit_post), methods=["PUT"]),
                 Route("/posts/{post_id:int}.json", api(self.delete_post), methods=["DELETE"]),
                 Route("/posts/{post_id:int}/recover.json", api(self.recover_post), methods=["PUT"]),
-                Route(
-                    "/posts/by_number/{topic_id:int}/{post_number:int}.json",
-                    api(self.get_post_by_number),
-                    methods=["GET"],
-                ),
                 Route("/t/{topic_id:int}.json", api(self.delete_topic), methods=["DELETE"]),
                 Route("/t/{topic_id:int}/recover.json", api(self.recover_topic), methods=["PUT"]),
-                Route("/search.json", api(self.search), methods=["GET"]),
-                Route("/notifications.json", api(self.notifications), methods=["GET"]),
                 Route("/admin/site_settings.json", api(self.site_settings), methods=["GET"]),
                 Route("/admin/site_settings/{name}.json", api(self.set_site_setting), methods=["PUT"]),
+                *moderation_routes(self),
                 *control_routes(self),
                 *page_routes(self),
             ]
@@ -175,6 +193,56 @@ class ForumApp:
             )
         return await handler(request)
 
+    @property
+    def api_wrapper(self) -> Callable[[Handler], Handler]:
+        return self._api
+
+    async def user_of(self, request: Request) -> User | Response | None:
+        return await self._user(request)
+
+    def guardian_for(self, user: User | None) -> Guardian:
+        """Discourse's ``Guardian.new(user)`` over the current categories and the configured policy."""
+        return Guardian(user, self.store.categories(), self.config.policy())
+
+    async def params(self, request: Request) -> dict[str, Any]:
+        return await _params(request)
+
+    def hold(self, username: str, topic_id: int | None, raw: str) -> tuple[int, int]:
+        """Queue a post for review (``hold_for_review``): its pending id and the queue's length."""
+        with self._log_lock:
+            self.pending_posts.append({"user": username, "topic_id": topic_id, "raw": raw})
+            return len(self.pending_posts), len(self.pending_posts)
+
+    def emit_post(self, event: str, post_id: int) -> None:
+        """A Post Event (``WebHook.enqueue_post_hooks``) with the post as it is now."""
+        body = webhook_body(self, post_id)
+        if body is not None:
+            self.webhooks.emit(event, body)
+
+    def emit_topic(self, event: str, topic_id: int) -> None:
+        """A Topic Event (``WebHook.enqueue_topic_hooks``): ``{"topic": WebHookTopicViewSerializer}``."""
+        topic = self.store.topic(topic_id)
+        if topic is not None:
+            self.webhooks.emit(event, {"topic": webhook_topic_json(topic)})
+
+    def emit_reviewable(self, event: str, reviewable_id: int) -> None:
+        """A Reviewable Event: ``{"reviewable": ReviewableFlaggedPostSerializer}``."""
+        with self.store.connection() as conn:
+            row = conn.execute("SELECT * FROM forum.reviewables WHERE id = %s", (reviewable_id,)).fetchone()
+        post = self.store.post(int(row["post_id"])) if row else None
+        if row is not None and post is not None:
+            body = reviewable_json(
+                row,
+                base_url=self.config.base_url,
+                topic_slug=post["topic_slug"],
+                post_number=post["post_number"],
+            )
+            self.webhooks.emit(event, {"reviewable": body})
+
+    def suppress_quoting(self) -> bool:
+        """The site setting ``suppress_reply_when_quoting`` (default true)."""
+        return self.store.setting("suppress_reply_when_quoting") != "false"
+
     async def _user(self, request: Request) -> User | Response | None:
         """The acting user: None when anonymous, a 403 response when the key or username is wrong."""
         key = request.headers.get("api-key")
@@ -185,148 +253,6 @@ class ForumApp:
         username = request.headers.get("api-username") or "system"
         user = await run_in_threadpool(self.store.user, username)
         return user if user is not None else invalid_access()
-
-    # -- reads -----------------------------------------------------------------------------------
-
-    async def get_topic(self, request: Request) -> Response:
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        topic_id = int(request.path_params["topic_id"])
-        topic = await run_in_threadpool(self.store.topic, topic_id)
-        if topic is None or not self._can_see(topic, user):
-            return not_found()
-        posts = await run_in_threadpool(self.store.topic_posts, topic_id)
-        suppress = await run_in_threadpool(self._suppress_quoting)
-        return JSONResponse(
-            topic_json(topic, posts, viewer_id=user.id if user else None, suppress_quoting=suppress)
-        )
-
-    async def get_topic_posts(self, request: Request) -> Response:
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        topic_id = int(request.path_params["topic_id"])
-        topic = await run_in_threadpool(self.store.topic, topic_id)
-        if topic is None or not self._can_see(topic, user):
-            return not_found()
-        try:
-            ids = [int(v) for v in request.query_params.getlist("post_ids[]")]
-        except ValueError:
-            return error(400, "post_ids must be integers", "invalid_parameters")
-        posts = await run_in_threadpool(self.store.topic_posts, topic_id, ids)
-        viewer = user.id if user else None
-        suppress = await run_in_threadpool(self._suppress_quoting)
-        return JSONResponse(
-            {
-                "post_stream": {
-                    "posts": [
-                        post_json(p, with_raw=False, viewer_id=viewer, suppress_quoting=suppress)
-                        for p in posts
-                    ]
-                },
-                "id": topic_id,
-            }
-        )
-
-    async def get_post(self, request: Request) -> Response:
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        post = await run_in_threadpool(self.store.post, int(request.path_params["post_id"]))
-        return await self._post_answer(post, user)
-
-    async def get_post_by_number(self, request: Request) -> Response:
-        """``GET /posts/by_number/{topic_id}/{post_number}.json``: the post at that place of the topic."""
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        post = await run_in_threadpool(
-            self.store.post_by_number,
-            int(request.path_params["topic_id"]),
-            int(request.path_params["post_number"]),
-        )
-        return await self._post_answer(post, user)
-
-    async def _post_answer(self, post: Row | None, user: User | None) -> Response:
-        # A deleted post is 404 except to staff, who get it with its deleted_at.
-        if post is None or (post["deleted_at"] is not None and not (user and user.admin)):
-            return not_found()
-        topic = await run_in_threadpool(self.store.topic, int(post["topic_id"]))
-        if topic is None or not self._can_see(topic, user):
-            return not_found()
-        suppress = await run_in_threadpool(self._suppress_quoting)
-        return JSONResponse(post_json(post, viewer_id=user.id if user else None, suppress_quoting=suppress))
-
-    async def latest_posts(self, request: Request) -> Response:
-        """``GET /posts.json[?before=id]``: the newest public posts below ``before`` (a page of
-        ``latest_posts_page``), with raw."""
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        before = _int(request.query_params.get("before"))
-        rows = await run_in_threadpool(self.store.latest_posts, before, self.config.latest_posts_page)
-        suppress = await run_in_threadpool(self._suppress_quoting)
-        posts = []
-        for row in rows:
-            data = post_json(row, viewer_id=user.id if user else None, suppress_quoting=suppress)
-            data["category_id"] = row["category_id"]
-            posts.append(data)
-        return JSONResponse({"latest_posts": posts})
-
-    async def site(self, request: Request) -> Response:
-        """``GET /site.json``: the categories (the rest of Discourse's site object is left out)."""
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        ids = await run_in_threadpool(self.store.category_ids)
-        named = self.config.categories
-        categories = [
-            {
-                "id": c,
-                "name": named.get(c, (f"Category {c}", False))[0],
-                "slug": f"category-{c}",
-                "read_restricted": named.get(c, ("", False))[1],
-            }
-            for c in ids
-        ]
-        return JSONResponse({"categories": categories})
-
-    async def search(self, request: Request) -> Response:
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        q = request.query_params.get("q") or request.query_params.get("term") or ""
-        try:
-            page = int(request.query_params.get("page") or 1)
-            result = await run_in_threadpool(forum_search.search, self.store, q, page=page)
-        except forum_search.SearchTermTooShort as exc:
-            return error(400, str(exc), "invalid_parameters")
-        except ValueError:
-            return error(400, "page must be an integer", "invalid_parameters")
-        from eval.stack.forum.serialize import avatar
-
-        return JSONResponse(forum_search.as_json(result, avatar))
-
-    async def notifications(self, request: Request) -> Response:
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        if user is None:
-            return invalid_access()
-        try:
-            offset = max(0, int(request.query_params.get("offset", "0")))
-        except ValueError:
-            return error(400, "offset must be an integer", "invalid_parameters")
-        rows = await run_in_threadpool(self.store.notifications, user.id, 60, offset)
-        return JSONResponse(
-            {
-                "notifications": [notification_json(r) for r in rows],
-                "total_rows_notifications": len(rows),
-                "seen_notification_id": rows[0]["id"] if rows else None,
-                "load_more_notifications": f"/notifications?offset={offset + 60}",
-            }
-        )
 
     # -- admin -----------------------------------------------------------------------------------
 
@@ -364,134 +290,38 @@ class ForumApp:
 
     # -- writes ----------------------------------------------------------------------------------
 
-    async def create_post(self, request: Request) -> Response:
+    async def _own_post(self, request: Request, *, editing: bool = False) -> tuple[Guardian, Row] | Response:
+        """The acting user's Guardian and the post they may change, or the error to answer: editing needs
+        ``can_edit_post?`` (staff, or the author while the topic is not archived), deleting and recovering
+        the author or staff. 404 for a post that is missing, or deleted to a non-staff user."""
         user = await self._user(request)
         if isinstance(user, Response):
             return user
         if user is None:
             return invalid_access()
-        params = await _params(request)
-        raw = params.get("raw")
-        if not isinstance(raw, str):
-            return error(400, "param is missing or the value is empty: raw", "invalid_parameters")
-        return await run_in_threadpool(self._create_post_sync, user, params, raw)
-
-    def _create_post_sync(self, user: User, params: dict[str, Any], raw: str) -> Response:
-        errors = []
-        if len(raw.strip()) < self.config.min_post_length:
-            errors.append(f"Body is too short (minimum is {self.config.min_post_length} characters)")
-        topic_id = _int(params.get("topic_id"))
-        title = params.get("title")
-        if topic_id is None and (
-            not isinstance(title, str) or len(title.strip()) < self.config.min_title_length
-        ):
-            errors.append(f"Title is too short (minimum is {self.config.min_title_length} characters)")
-        if errors:
-            return JSONResponse({"action": "create_post", "errors": errors}, status_code=422)
-        topic: Row | None = None
-        if topic_id is not None:
-            topic = self.store.topic(topic_id)
-            if topic is None or not self._can_see(topic, user) or topic["deleted_at"] is not None:
-                return not_found()
-            if topic["closed"] or topic["archived"]:
-                return JSONResponse(
-                    {"action": "create_post", "errors": ["This topic is closed."]}, status_code=422
-                )
-        held = {n.strip().lower() for n in self.faults.hold_for_review.split(",") if n.strip()}
-        if user.username.lower() in held and not user.admin:
-            # NewPostManager: the post waits in the review queue (staff are exempt); no post, no webhook.
-            with self._log_lock:
-                self.pending_posts.append({"user": user.username, "topic_id": topic_id, "raw": raw})
-                pending_id, count = len(self.pending_posts), len(self.pending_posts)
-            created = as_iso(datetime.now(UTC)) or ""
-            return JSONResponse(pending_post_json(pending_id, raw, cook(raw), created, count))
-        existing = self.store.recent_identical(user.id, topic_id, raw, self.config.identical_post_window_s)
-        if existing is not None:
-            post = self.store.post(existing)
-            if post is not None:
-                return JSONResponse(post_json(post, viewer_id=user.id))
-        reply_to = _int(params.get("reply_to_post_number"))
-        with self.store.connection() as conn, conn.transaction():
-            new_topic = topic_id is None
-            recipients: list[User] = []
-            if topic_id is None:
-                archetype = "private_message" if params.get("archetype") == "private_message" else "regular"
-                if archetype == "private_message":
-                    names = [
-                        n.strip() for n in str(params.get("target_recipients") or "").split(",") if n.strip()
-                    ]
-                    recipients = self.store.users_by_names(conn, names)
-                    if not recipients:
-                        return JSONResponse(
-                            {"action": "create_post", "errors": ["You must choose a valid user."]},
-                            status_code=422,
-                        )
-                allowed = [user.id, *(r.id for r in recipients)] if archetype == "private_message" else []
-                topic_id = self.store.create_topic(
-                    conn,
-                    user,
-                    str(title).strip(),
-                    slugify(str(title)),
-                    _int(params.get("category")),
-                    archetype,
-                    allowed,
-                )
-                reply_to = None
-            elif reply_to is not None:
-                found = conn.execute(
-                    "SELECT 1 FROM forum.posts WHERE topic_id = %s AND post_number = %s", (topic_id, reply_to)
-                ).fetchone()
-                reply_to = reply_to if found else None
-            post_id = self.store.insert_post(
-                conn, user, topic_id, raw, cook(raw), html_to_text(cook(raw)), reply_to
-            )
-            post = conn.execute(
-                "SELECT p.*, t.title AS topic_title, t.slug AS topic_slug, t.category_id,"
-                " t.archetype AS topic_archetype, ru.username AS reply_to_username,"
-                " ru.user_id AS reply_to_user_id,"
-                " (SELECT count(*) FROM forum.posts c WHERE c.topic_id = t.id) AS topic_posts_count"
-                " FROM forum.posts p JOIN forum.topics t ON t.id = p.topic_id LEFT JOIN forum.posts ru"
-                " ON ru.topic_id = p.topic_id AND ru.post_number = p.reply_to_post_number WHERE p.id = %s",
-                (post_id,),
-            ).fetchone()
-            if post is None:  # pragma: no cover - just inserted
-                return not_found()
-            self._notify(conn, user, post, recipients if new_topic else [])
-        suppress = self._suppress_quoting()
-        self.webhooks.emit(
-            "post_created",
-            {"post": webhook_post_json(post, int(post["topic_posts_count"]), suppress_quoting=suppress)},
-        )
-        return JSONResponse(post_json(post, viewer_id=user.id, suppress_quoting=suppress))
-
-    async def _own_post(self, request: Request) -> tuple[User, Row] | Response:
-        """The acting user and the post they may change (author or admin), or the error to answer."""
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        if user is None:
-            return invalid_access()
+        guardian = await run_in_threadpool(self.guardian_for, user)
         post = await run_in_threadpool(self.store.post, int(request.path_params["post_id"]))
-        if post is None:
+        topic = await run_in_threadpool(self.store.topic, int(post["topic_id"])) if post else None
+        if post is None or topic is None or (post["deleted_at"] is not None and not guardian.is_staff):
             return not_found()
-        if not user.admin and user.id != post["user_id"]:
-            return invalid_access()
-        return user, post
+        allowed = (
+            guardian.can_edit_post(post, topic)
+            if editing
+            else guardian.is_staff or user.id == post["user_id"]
+        )
+        if not allowed:
+            return forbidden()
+        return guardian, post
 
     def _emit(self, event: str, post_id: int) -> None:
-        post = self.store.post(post_id)
-        topic = self.store.topic(int(post["topic_id"])) if post else None
-        if post is not None and topic is not None:
-            suppress = self._suppress_quoting()
-            body = webhook_post_json(post, int(topic["posts_count"]), suppress_quoting=suppress)
-            self.webhooks.emit(event, {"post": body})
+        self.emit_post(event, post_id)
 
     async def edit_post(self, request: Request) -> Response:
         """``PUT /posts/{id}.json`` with ``{"post": {"raw": …}}``: a new version and a post_edited webhook."""
-        found = await self._own_post(request)
+        found = await self._own_post(request, editing=True)
         if isinstance(found, Response):
             return found
-        user, post = found
+        guardian, post = found
         params = await _params(request)
         nested = params.get("post")
         raw = nested.get("raw") if isinstance(nested, dict) else params.get("post[raw]", params.get("raw"))
@@ -505,7 +335,7 @@ class ForumApp:
             await run_in_threadpool(self.store.edit_post, int(post["id"]), raw, cooked, html_to_text(cooked))
             await run_in_threadpool(self._emit, "post_edited", int(post["id"]))
         updated = await run_in_threadpool(self.store.post, int(post["id"]))
-        return JSONResponse({"post": post_json(updated or post, viewer_id=user.id)})
+        return JSONResponse({"post": post_json(updated or post, guardian=guardian)})
 
     async def delete_post(self, request: Request) -> Response:
         """``DELETE /posts/{id}.json``: soft delete and a post_destroyed webhook."""
@@ -523,12 +353,12 @@ class ForumApp:
         found = await self._own_post(request)
         if isinstance(found, Response):
             return found
-        user, post = found
+        guardian, post = found
         if post["deleted_at"] is not None:
             await run_in_threadpool(self.store.set_deleted, int(post["id"]), False)
             await run_in_threadpool(self._emit, "post_recovered", int(post["id"]))
         updated = await run_in_threadpool(self.store.post, int(post["id"]))
-        return JSONResponse(post_json(updated or post, viewer_id=user.id))
+        return JSONResponse(post_json(updated or post, guardian=guardian))
 
     async def delete_topic(self, request: Request) -> Response:
         """``DELETE /t/{id}.json`` (author or staff): PostDestroyer on the first post, so Discourse sends
@@ -564,44 +394,17 @@ class ForumApp:
         if user is None:
             return invalid_access()
         topic_id = int(request.path_params["topic_id"])
+        guardian = await run_in_threadpool(self.guardian_for, user)
         topic = await run_in_threadpool(self.store.topic, topic_id)
         first = await run_in_threadpool(self.store.post_by_number, topic_id, 1)
-        if topic is None or first is None or not self._can_see(topic, user):
+        if topic is None or first is None or not guardian.can_see_topic(topic, hide_deleted=False):
             return not_found()
-        if not user.admin and user.id != topic["user_id"]:
-            return invalid_access()
+        if not guardian.is_staff and user.id != topic["user_id"]:
+            return forbidden()
         return topic, first
 
     def _emit_topic(self, event: str, topic_id: int) -> None:
-        topic = self.store.topic(topic_id)
-        if topic is not None:
-            self.webhooks.emit(event, {"topic": webhook_topic_json(topic)})
-
-    def _notify(self, conn: Any, author: User, post: Row, recipients: list[User]) -> None:
-        """Mentions (type 1), a reply to someone's post (2), a new PM (6); one per user, never the author."""
-        notified: set[int] = {author.id}
-        for target in recipients:
-            if target.id not in notified:
-                self.store.add_notification(conn, target.id, PRIVATE_MESSAGE, post, author)
-                notified.add(target.id)
-        for target in self.store.users_by_names(conn, mentioned_usernames(post["raw"])):
-            if target.id not in notified:
-                self.store.add_notification(conn, target.id, MENTIONED, post, author)
-                notified.add(target.id)
-        replied_to = post.get("reply_to_user_id")
-        if replied_to is not None and int(replied_to) not in notified:
-            self.store.add_notification(conn, int(replied_to), REPLIED, post, author)
-
-    def _suppress_quoting(self) -> bool:
-        """The site setting ``suppress_reply_when_quoting`` (default true)."""
-        return self.store.setting("suppress_reply_when_quoting") != "false"
-
-    def _can_see(self, topic: Row, user: User | None) -> bool:
-        if topic["deleted_at"] is not None and not (user is not None and user.admin):
-            return False  # a deleted topic is seen by staff only
-        if topic["archetype"] == "private_message":
-            return user is not None and (user.admin or user.id in (topic["allowed_user_ids"] or []))
-        return bool(topic["visible"]) or (user is not None and user.admin)
+        self.emit_topic(event, topic_id)
 
 
 async def _params(request: Request) -> dict[str, Any]:
@@ -619,7 +422,7 @@ async def _params(request: Request) -> dict[str, Any]:
             params.update(data)
         return params
     for key, values in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items():
-        params[key] = values[-1]
+        params[key] = values if key.endswith("[]") else values[-1]
     return params
 
 

@@ -3,7 +3,8 @@
 Export layout (see /work/shared/data/urho3d/README.md): ``topics/<id>.json`` is what Discourse returns for
 ``GET /t/{id}.json`` with every page of the post stream merged; ``raw/<id>.md`` is ``GET /raw/{id}``:
 each post's raw Markdown headed ``username | YYYY-MM-DD HH:MM:SS UTC | #post_number`` and followed by a
-line of 25 dashes. A post without raw text gets its cooked text as raw.
+line of 25 dashes. A post without raw text gets its cooked text as raw. Authors get the trust level and
+roles their posts show; categories get rows when the forum app starts (``ForumStore.seed_categories``).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def load_export(
         if not (folder / "topics").is_dir():
             raise FileNotFoundError(f"{folder}/topics not found: not a forum export folder")
     store.init_schema(reset=reset)
-    users: dict[int, str] = {}
+    users: dict[int, tuple[str, int, bool, bool]] = {}
     topic_rows: list[tuple[object, ...]] = []
     post_rows: list[tuple[object, ...]] = []
     seen_topics: set[int] = set()
@@ -102,7 +103,7 @@ def load_export(
             plain = html_to_text(cooked)
             raw = raws.get(int(post["post_number"]), plain)
             user_id = int(post.get("user_id") or 0)
-            users.setdefault(user_id, post.get("username") or f"user{user_id}")
+            users.setdefault(user_id, _account(post, user_id))
             post_rows.append(
                 (
                     post["id"], topic["id"], post["post_number"], user_id, post.get("username") or "",
@@ -127,13 +128,15 @@ def load_export(
         ) as copy:
             for row in post_rows:
                 copy.write_row(row)
-        with conn.cursor().copy("COPY forum.users (id, username) FROM STDIN") as users_copy:
+        with conn.cursor().copy(
+            "COPY forum.users (id, username, trust_level, admin, moderator) FROM STDIN"
+        ) as users_copy:
             seen: set[str] = set()
-            for user_id, name in sorted(users.items()):
+            for user_id, (name, level, admin, moderator) in sorted(users.items()):
                 if name.lower() in seen:
                     continue
                 seen.add(name.lower())
-                users_copy.write_row((user_id, name))
+                users_copy.write_row((user_id, name, level, admin, moderator))
         _index(conn)
         conn.execute(
             "INSERT INTO forum.meta (export, topics, posts) VALUES (%s, %s, %s)"
@@ -144,6 +147,18 @@ def load_export(
     report = LoadReport(n_topics, n_posts, len(users), time.perf_counter() - started)
     log.info("loaded %d topics, %d posts in %.1fs", report.topics, report.posts, report.seconds)
     return report
+
+
+def _account(post: dict[str, Any], user_id: int) -> tuple[str, int, bool, bool]:
+    """(username, trust level, admin, moderator) as the export's posts show their author
+    (``PostSerializer``: ``trust_level``, ``admin``, ``moderator``); trust level 1 when absent."""
+    level = post.get("trust_level")
+    return (
+        post.get("username") or f"user{user_id}",
+        int(level) if isinstance(level, int) else 1,
+        bool(post.get("admin")),
+        bool(post.get("moderator")),
+    )
 
 
 def _index(conn: Any) -> None:

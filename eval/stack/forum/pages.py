@@ -2,7 +2,9 @@
 
 ``/t/<slug>/<topic_id>`` shows a topic and ``/t/<slug>/<topic_id>/<post_number>`` the same page anchored
 at one post, as Discourse does; a missing topic or post number is a 404, so a test (or the demo) can
-check that every link in a reply resolves. Like Discourse, a wrong slug still finds the topic.
+check that every link in a reply resolves. Like Discourse, a wrong slug still finds the topic. The page is
+what a visitor (anonymous) may see: a restricted category or a PM is a 404, whispers are left out and a
+hidden post's text is withheld.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from eval.stack.forum.reads import stream_posts
+from eval.stack.forum.serialize import HIDDEN_COOKED
+
 if TYPE_CHECKING:
     from eval.stack.forum.app import ForumApp
 
@@ -24,16 +29,18 @@ def page_routes(forum: ForumApp) -> list[Route]:
         topic_id = int(request.path_params["topic_id"])
         number = request.path_params.get("post_number")
         topic = await run_in_threadpool(forum.store.topic, topic_id)
-        if topic is None or topic["archetype"] == "private_message" or not topic["visible"]:
+        guardian = await run_in_threadpool(forum.guardian_for, None)  # a visitor's view
+        if topic is None or not guardian.can_see_topic(topic):
             return HTMLResponse("<h1>Page not found</h1>", status_code=404)
-        posts = await run_in_threadpool(forum.store.topic_posts, topic_id)
+        posts = await run_in_threadpool(stream_posts, forum, guardian, topic_id)
         if number is not None and not any(p["post_number"] == int(number) for p in posts):
             return HTMLResponse("<h1>Page not found</h1>", status_code=404)
         body = [f"<h1>{html.escape(str(topic['title']))}</h1>"]
         for post in posts:
             body.append(
                 f'<article id="post_{post["post_number"]}"><h2>#{post["post_number"]} '
-                f"{html.escape(str(post['username']))}</h2>{post['cooked']}</article>"
+                f"{html.escape(str(post['username']))}</h2>"
+                f"{HIDDEN_COOKED if guardian.cooked_hidden(post) else post['cooked']}</article>"
             )
         return HTMLResponse("<!doctype html><html><body>" + "\n".join(body) + "</body></html>")
 

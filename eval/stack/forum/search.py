@@ -3,7 +3,10 @@
 Per post a ``tsvector`` weighted title A, category B, tags C, body D (built at load); the query's words
 are ANDed (``plainto_tsquery``); one post per topic (its best-ranked); ranking ``ts_rank_cd``; a query
 shorter than the minimum term length is refused; each hit carries a blurb around the first matching
-word. Only regular, visible posts of regular, visible, undeleted topics are searched.
+word. What is searched follows ``Search#posts_query`` (lib/search.rb) for the caller: posts of the types
+``Topic.visible_post_types`` gives them (whispers only to whisperers), never hidden, of listed
+(``topics.visible``), undeleted, non-PM topics whose category is public or among the caller's
+``secure_category_ids`` (every read-restricted one for an admin).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from eval.stack.forum.guardian import Guardian
 from eval.stack.forum.store import ForumStore, Row
 
 MIN_TERM_LENGTH = 3  # Discourse's min_search_term_length default
@@ -26,10 +30,12 @@ best AS (
     SELECT DISTINCT ON (p.topic_id)
            p.id, p.topic_id, p.post_number, p.username, p.user_id, p.plain, p.created_at,
            ts_rank_cd(p.search_data, q.query) AS rank
-      FROM forum.posts p JOIN forum.topics t ON t.id = p.topic_id, q
+      FROM forum.posts p JOIN forum.topics t ON t.id = p.topic_id
+      LEFT JOIN forum.categories c ON c.id = t.category_id, q
      WHERE p.search_data @@ q.query
-       AND p.deleted_at IS NULL AND NOT p.hidden AND p.post_type = 1
-       AND t.deleted_at IS NULL AND t.visible AND t.archetype = 'regular'
+       AND p.deleted_at IS NULL AND NOT p.hidden AND p.post_type = ANY(%(types)s)
+       AND t.deleted_at IS NULL AND t.visible AND t.archetype <> 'private_message'
+       AND (c.id IS NULL OR NOT c.read_restricted OR c.id = ANY(%(secure)s))
      ORDER BY p.topic_id, rank DESC, p.post_number
 )
 SELECT b.*, t.title, t.slug, t.category_id, t.tags, t.archetype, t.visible, t.closed, t.archived,
@@ -60,13 +66,18 @@ def clean_term(q: str) -> str:
     return term
 
 
-def search(store: ForumStore, q: str, *, page: int = 1) -> SearchResult:
+def search(store: ForumStore, q: str, *, guardian: Guardian, page: int = 1) -> SearchResult:
+    """One page of hits for ``guardian``'s user."""
     term = clean_term(q)
+    params = {
+        "q": term,
+        "limit": PAGE_SIZE + 1,
+        "offset": (max(page, 1) - 1) * PAGE_SIZE,
+        "types": list(guardian.visible_post_types()),
+        "secure": sorted(guardian.secure_category_ids()),
+    }
     with store.connection() as conn:
-        rows = conn.execute(
-            _SQL,
-            {"q": term, "limit": PAGE_SIZE + 1, "offset": (max(page, 1) - 1) * PAGE_SIZE},
-        ).fetchall()
+        rows = conn.execute(_SQL, params).fetchall()
     return SearchResult(term, rows[:PAGE_SIZE], len(rows) > PAGE_SIZE)
 
 
@@ -92,7 +103,7 @@ def blurb(plain: str, term: str, length: int = BLURB_CHARS) -> str:
     return ("..." if begin > 0 else "") + piece + ("..." if begin + length < len(text) else "")
 
 
-def as_json(result: SearchResult, avatar: Any) -> dict[str, object]:
+def as_json(result: SearchResult, avatar: Any, guardian: Guardian) -> dict[str, object]:
     """Discourse's ``/search.json`` body for ``result``."""
     from eval.stack.forum.store import as_iso
 
@@ -123,7 +134,7 @@ def as_json(result: SearchResult, avatar: Any) -> dict[str, object]:
                 "reply_count": max(0, int(row["posts_count"]) - 1),
                 "created_at": as_iso(row["topic_created_at"]),
                 "category_id": row["category_id"],
-                "tags": list(row["tags"] or []),
+                "tags": guardian.visible_tags(row["tags"] or []),
                 "archetype": row["archetype"],
                 "visible": row["visible"],
                 "closed": row["closed"],

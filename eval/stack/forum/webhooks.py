@@ -20,6 +20,8 @@ import httpx
 
 log = logging.getLogger(__name__)
 
+# X-Discourse-Event-Type: the payload type WebHook.enqueue_*_hooks name (config/initializers/
+# 012-web_hook_events.rb); the body is {type: payload} (Jobs::EmitWebHookEvent#build_webhook_body).
 EVENT_TYPES = {
     "post_created": "post",
     "post_edited": "post",
@@ -29,6 +31,14 @@ EVENT_TYPES = {
     "topic_edited": "topic",
     "topic_destroyed": "topic",
     "topic_recovered": "topic",
+    "topic_closed_status_updated": "topic",
+    "topic_archived_status_updated": "topic",
+    "topic_visible_status_updated": "topic",
+    "category_created": "category",
+    "category_updated": "category",
+    "reviewable_created": "reviewable",
+    "reviewable_score_updated": "reviewable",
+    "reviewable_transitioned_to": "reviewable",
 }
 
 
@@ -132,7 +142,7 @@ class WebhookSender:
             "Host": httpx.URL(self.url or "http://x/").host,
             "X-Discourse-Instance": self.instance,
             "X-Discourse-Event-Id": str(delivery.event_id),
-            "X-Discourse-Event-Type": EVENT_TYPES.get(delivery.event, "post"),
+            "X-Discourse-Event-Type": EVENT_TYPES.get(delivery.event, delivery.event.split("_")[0]),
             "X-Discourse-Event": delivery.event,
         }
         if len(self.secret) >= 12:  # Discourse signs only with a secret of at least 12 characters

@@ -208,7 +208,8 @@ def test_validation_and_auth_on_create(http: TestClient) -> None:
     assert info.value.details == ("Body is too short (minimum is 20 characters)",)
     anonymous = http.post("/posts.json", json={"topic_id": 10, "raw": "x" * 30})
     assert anonymous.status_code == 403
-    with pytest.raises(NotFoundError):
+    # PostCreator#valid?: a reply to a missing topic is a 422 ``topic_not_found`` error, not a 404.
+    with pytest.raises(ValidationError):
         client.create_post(404, "a long enough body for a post")
 
 
