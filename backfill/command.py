@@ -25,6 +25,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             source_url=args.database_url_source,
             reindex=args.reindex,
             prune=args.prune,
+            public_export=getattr(args, "public_export", False),
             limit=args.limit,
             page_size=args.page_size,
             progress={"auto": None, "bar": True, "log": False}[args.progress],

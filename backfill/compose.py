@@ -22,15 +22,22 @@ log = logging.getLogger(__name__)
 
 
 def build_source(
-    kind: str, settings: Settings, *, path: Path | None = None, source_url: str | None = None
+    kind: str,
+    settings: Settings,
+    *,
+    path: Path | None = None,
+    source_url: str | None = None,
+    public_export: bool = False,
 ) -> PostSource:
-    """The ``db``, ``api`` or ``file`` source."""
+    """The ``db``, ``api`` or ``file`` source (``public_export``: the file source's ``assume_public``)."""
+    if public_export and kind != "file":
+        raise ConfigError("--public-export describes an export folder: use it with --source file")
     if kind == "file":
         if path is None:
             raise ConfigError("--source file needs --path DIR (a folder with topics/<id>.json)")
         from backfill.sources.file import FileSource
 
-        return FileSource(path)
+        return FileSource(path, assume_public=public_export)
     if kind == "db":
         if not source_url:
             raise ConfigError("--source db needs --database-url-source URL (the Discourse replica)")
@@ -98,6 +105,7 @@ def run_configured(
     page_size: int = 1000,
     progress: bool | None = False,
     prune: bool = False,
+    public_export: bool = False,
 ) -> Summary:
     """One backfill run built from settings: the CLI's, and the one a scheduled actor would call.
 
@@ -106,7 +114,7 @@ def run_configured(
     """
     from backfill.run import BackfillOptions, run_backfill
 
-    source = build_source(kind, settings, path=path, source_url=source_url)
+    source = build_source(kind, settings, path=path, source_url=source_url, public_export=public_export)
     http = (
         None
         if settings.embeddings.provider == "local"

@@ -10,7 +10,12 @@ The index holds what the forum *knows*, never what it is asking. A post is left 
   other posts is evidence by the rules above. Once a reply that is evidence exists, the first post is
   indexed as the context of its answers (a resolved question stays findable by its wording);
 - it is not public forum content (post type, deleted, hidden, private message, unlisted or deleted
-  topic, read-restricted category).
+  topic, read-restricted category, no category at all).
+
+A post whose category the forum has not described yet is indexed but not cited: recall reads only the
+categories recorded as public (``backfill.categories``). A topic with no category is not evidence:
+Discourse files every regular topic under a category (Uncategorized, ``uncategorized_category_id``, when
+none is chosen), so a post without one is a private message or an export that lost the field.
 
 ``SourcePost.replies`` carries the topic's other posts for a first post (the sources read at most the
 first ``REPLY_WINDOW`` of them: one page of Discourse's post stream); ``None`` means the source cannot
@@ -38,7 +43,7 @@ def ineligibility(
     reason = _own_ineligibility(post, restricted, excluded_authors)
     if reason is None and post.post_number == 1 and post.replies is not None:
         answered = any(
-            _own_ineligibility(r, restricted, excluded_authors) is None
+            _own_ineligibility(r, restricted, excluded_authors, topic_rules=False) is None
             for r in post.replies[:REPLY_WINDOW]
             if r.post_id != post.post_id
         )
@@ -48,9 +53,16 @@ def ineligibility(
 
 
 def _own_ineligibility(
-    post: SourcePost, restricted: Collection[int], excluded_authors: Collection[str]
+    post: SourcePost,
+    restricted: Collection[int],
+    excluded_authors: Collection[str],
+    *,
+    topic_rules: bool = True,
 ) -> str | None:
-    """The rules that look at the post alone (the recall filter of docs/retrieval.md, the bot, addressing)."""
+    """The rules that look at the post alone (the recall filter of docs/retrieval.md, the bot, addressing).
+
+    ``topic_rules=False``: a reply of the first post's own topic, whose topic fields the sources leave
+    out (the first post's decide them): only the post's own rules apply."""
     if post.username is not None and post.username.lower() in excluded_authors:
         return "bot_author"
     if post.post_type != 1:
@@ -59,13 +71,17 @@ def _own_ineligibility(
         return "deleted"
     if post.hidden:
         return "hidden"
+    if not topic_rules:
+        return "addressed_to_bot" if excluded_authors and addressed_to(post, excluded_authors) else None
     if post.archetype != "regular":
         return "private_message"
     if post.topic_deleted:
         return "topic_deleted"
     if not post.topic_visible:
         return "unlisted"
-    if post.category_read_restricted or (post.category_id is not None and post.category_id in restricted):
+    if post.category_id is None:
+        return "no_category"
+    if post.category_read_restricted or post.category_id in restricted:
         return "restricted"
     if excluded_authors and addressed_to(post, excluded_authors):
         return "addressed_to_bot"

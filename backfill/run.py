@@ -18,11 +18,13 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from backfill.categories import record, restricted_ids
 from backfill.embedding import EmbedResult, RetryPolicy, embed_batch
 from backfill.hnsw import build_index, drop_index, index_state
 from backfill.lock import BackfillLock
 from backfill.prepare import PreparedPost, Preparer, Truncator
 from backfill.progress import Progress
+from backfill.rows import needs, states_in
 from backfill.sources import PostSource, SourceBatch
 from backfill.store import IndexStore
 from worker.db.connect import connect
@@ -67,6 +69,7 @@ class Summary:
     index_build_s: float
     reasons: dict[str, int]
     timings: dict[str, float]
+    rewritten: int = 0  # among ``skipped``: same text, other columns rewritten (backfill.rows)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -74,7 +77,9 @@ class Summary:
     def line(self) -> str:
         return (
             f"backfill {self.source}: {self.status}; seen {self.seen}, embedded {self.embedded}, "
-            f"skipped {self.skipped} (unchanged), removed {self.removed}, failed {self.failed}, "
+            f"skipped {self.skipped} (unchanged"
+            + (f"; {self.rewritten} rewritten" if self.rewritten else "")
+            + f"), removed {self.removed}, failed {self.failed}, "
             f"ineligible {self.ineligible}; {self.duration_s:.1f} s"
             + (f" (index build {self.index_build_s:.1f} s)" if self.index_build_s else "")
         )
@@ -101,6 +106,7 @@ class _Page:
     skipped: int
     reasons: Counter[str]
     fresh: bool = False
+    rewritten: list[PreparedPost] = field(default_factory=list)
 
 
 class _Run:
@@ -132,33 +138,28 @@ class _Run:
             ("read", "prepare", "digest_lookup", "embed_wait", "write", "index_build"), 0.0
         )
         self.exhausted = False
-        self.category_names: dict[int, str] = {}
 
     def stats(self) -> dict[str, float]:
         return {k: float(self.counts[k]) for k in ("seen", "embedded", "skipped", "removed", "failed")}
 
     def plan(self, batch: SourceBatch, pool: ThreadPoolExecutor, progress: Progress | None = None) -> _Page:
         t0 = time.perf_counter()
-        existing = self.reader.digests(batch.lo, batch.hi)
+        existing = states_in(self.reader.conn, batch.lo, batch.hi)
         t1 = time.perf_counter()
         page = _Page(batch, [], [], [], 0, Counter(), fresh=not existing)
-        names: dict[int, str] = {}
         for post in batch.posts:
-            cid, cname = post.category_id, post.category_name
-            if cid is not None and cname and self.category_names.get(cid) != cname:
-                names[cid] = cname
             prepared = self.preparer.prepare(post, self.restricted)
             if isinstance(prepared, str):
                 page.reasons[prepared] += 1
                 continue
             page.keep.append(post.post_id)
-            if existing.get(post.post_id) == prepared.digest:
-                page.skipped += 1
-            else:
+            need = needs(prepared, existing.get(post.post_id))
+            if need == "embed":
                 page.to_embed.append(prepared)
-        if names:
-            self.reader.record_category_names(names)
-            self.category_names.update(names)
+            else:
+                page.skipped += 1
+                if need == "rewrite":  # same text, another author or place: no embedding
+                    page.rewritten.append(prepared)
         # Similar lengths in one request: a model pads a batch to its longest text, so a page sorted by
         # length costs far less compute than the same page in id order (measured ~2-3x with MiniLM).
         page.to_embed.sort(key=lambda p: len(p.text))
@@ -203,6 +204,7 @@ class _Run:
             stats={**self.stats(), "seen": self.counts["seen"] + len(batch.posts)},
             fresh=page.fresh and not partial,
             prune=self.options.prune,
+            rewritten=page.rewritten if not partial else (),
         )
         if partial:
             self.counts.update(embedded=len(ok_posts))
@@ -213,6 +215,7 @@ class _Run:
             seen=len(batch.posts),
             embedded=len(ok_posts),
             skipped=page.skipped,
+            rewritten=len(page.rewritten),
             removed=removed,
             failed=failed,
             ineligible=sum(page.reasons.values()),
@@ -348,15 +351,10 @@ def run_backfill(
                 check_index_meta(conn, embedder.model, embedder.dimension)
             finally:
                 conn.rollback()
-        # Restricted categories: the source's current list when it knows it, else the last one recorded.
-        known = source.restricted_categories()
-        if known is not None:
-            store.replace_restricted(known)
-            restricted = known
-        else:
-            with conn.transaction():
-                rows = conn.execute("SELECT category_id FROM restricted_categories").fetchall()
-            restricted = frozenset(int(r[0]) for r in rows)
+        # The categories the source describes are recorded (a partial list never widens what is
+        # public: backfill.categories); the posts of those recorded as restricted are not indexed.
+        _record_categories(conn, source)
+        restricted = restricted_ids(conn)
 
         checkpoint = store.load_checkpoint(source.key)
         resume = checkpoint is not None and checkpoint.status != "done" and checkpoint.cursor is not None
@@ -390,6 +388,9 @@ def run_backfill(
                     label=source.key,
                 ) as progress:
                     run.pump(cursor, progress)
+                # What the source learnt while reading (the api source looks up the categories
+                # /site.json lacks) is recorded too, so that their posts become citable now.
+                _record_categories(conn, source)
                 status = "done" if run.exhausted else "idle"
                 t0 = time.perf_counter()
                 if options.build_index:
@@ -412,6 +413,7 @@ def run_backfill(
                 index_build_s=round(build_s, 3),
                 reasons=dict(run.reasons),
                 timings={k: round(v, 3) for k, v in run.timings.items()},
+                rewritten=run.counts["rewritten"],
             )
             try:
                 conn.rollback()
@@ -431,6 +433,12 @@ def run_backfill(
     if stopped is not None:
         raise BackfillInterrupted(summary) from stopped
     return summary
+
+
+def _record_categories(conn: psycopg.Connection, source: PostSource) -> None:
+    listed = source.categories()
+    if listed is not None:
+        record(conn, listed, seen_by=source.key)
 
 
 def _capped(estimate: int | None, limit: int | None) -> int | None:

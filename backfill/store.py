@@ -1,4 +1,4 @@
-"""The post index side of the backfill: digests, binary-COPY upserts, the range sweep, checkpoints.
+"""The post index side of the backfill: binary-COPY upserts, the range sweep, checkpoints.
 
 Every batch is written in ONE transaction: COPY (binary) into a session TEMP staging table, one
 ``INSERT … ON CONFLICT (post_id) DO UPDATE`` into ``post_index``, the deletions, and the checkpoint in
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 import numpy as np
 import psycopg
@@ -18,6 +17,7 @@ import psycopg.errors
 from numpy.typing import NDArray
 
 from backfill.prepare import PreparedPost
+from backfill.rows import parse_ts, rewrite
 from backfill.sources import LIVE_FORUM, owner_of
 from worker.db.vector_index import drop_vector_indexes
 
@@ -98,15 +98,6 @@ class Checkpoint:
     stats: dict[str, float]
 
 
-def parse_ts(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-
-
 class IndexStore:
     """Reads and writes ``post_index`` and ``backfill_state`` over one (non-autocommit) connection."""
 
@@ -114,14 +105,6 @@ class IndexStore:
         self.conn = conn
         self.model = model
         self._staged = False
-
-    def digests(self, lo: int, hi: int) -> dict[int, bytes]:
-        """Digests of the indexed posts with ids in [lo, hi] (one range scan of the primary key)."""
-        with self.conn.transaction():
-            rows = self.conn.execute(
-                "SELECT post_id, digest FROM post_index WHERE post_id BETWEEN %s AND %s", (lo, hi)
-            ).fetchall()
-        return {int(r[0]): bytes(r[1]) for r in rows}
 
     def write_batch(
         self,
@@ -136,6 +119,7 @@ class IndexStore:
         stats: Mapping[str, float],
         fresh: bool = False,
         prune: bool = False,
+        rewritten: Sequence[PreparedPost] = (),
     ) -> int:
         """Upsert embedded posts, delete what the range no longer holds, checkpoint; return rows removed.
 
@@ -145,6 +129,9 @@ class IndexStore:
         ``fresh``: the index held nothing in [lo, hi] when the page was read, so the rows are COPied
         straight into ``post_index`` (half the writes of staging + upsert); should a webhook have
         indexed one of them meanwhile, the unique violation sends the page through the staging path.
+
+        ``rewritten``: rows whose text is unchanged but whose other columns are not (``backfill.rows``),
+        rewritten in the same transaction, with no vector.
         """
         keep_ids = sorted(set(keep))
         owner = owner_of(source_key)
@@ -164,6 +151,7 @@ class IndexStore:
                 if not direct:
                     self._copy(posts, vectors, "backfill_stage", owner)
                     self.conn.execute(_UPSERT)
+            rewrite(self.conn, rewritten)
             self.conn.execute(
                 "UPDATE post_index SET source = %s WHERE post_id = ANY(%s::bigint[]) AND source <> %s",
                 (owner, keep_ids, owner),
@@ -221,20 +209,6 @@ class IndexStore:
                     )
                 )
 
-    def record_category_names(self, names: Mapping[int, str]) -> None:
-        """Remember category names (the incremental path composes the same text as the backfill)."""
-        if not names:
-            return
-        ids = list(names)
-        with self.conn.transaction():
-            self.conn.execute(
-                "INSERT INTO category_names (category_id, name) "
-                "SELECT * FROM unnest(%s::bigint[], %s::text[]) "
-                "ON CONFLICT (category_id) DO UPDATE SET name = EXCLUDED.name, updated_at = now() "
-                "WHERE category_names.name <> EXCLUDED.name",
-                (ids, [names[i] for i in ids]),
-            )
-
     def upsert_rows(self, posts: Sequence[PreparedPost], vectors: NDArray[np.floating]) -> int:
         """Upsert a few rows with plain INSERTs (the incremental path, whose rows the live forum owns)."""
         if not posts:
@@ -254,14 +228,6 @@ class IndexStore:
             cur.executemany(_INSERT_ROW, params)
         return len(params)
 
-    def digests_of(self, post_ids: Iterable[int]) -> dict[int, bytes]:
-        ids = sorted(set(post_ids))
-        with self.conn.transaction():
-            rows = self.conn.execute(
-                "SELECT post_id, digest FROM post_index WHERE post_id = ANY(%s::bigint[])", (ids,)
-            ).fetchall()
-        return {int(r[0]): bytes(r[1]) for r in rows}
-
     def topic_of(self, post_id: int) -> int | None:
         """The topic of an indexed post, or None when the post is not indexed."""
         with self.conn.transaction():
@@ -269,6 +235,12 @@ class IndexStore:
                 "SELECT topic_id FROM post_index WHERE post_id = %s", (post_id,)
             ).fetchone()
         return int(row[0]) if row else None
+
+    def topic_post_ids(self, topic_id: int) -> set[int]:
+        """The indexed posts recorded under ``topic_id``."""
+        with self.conn.transaction():
+            rows = self.conn.execute("SELECT post_id FROM post_index WHERE topic_id = %s", (topic_id,))
+            return {int(r[0]) for r in rows.fetchall()}
 
     def delete_topic_except(self, topic_id: int, keep: Iterable[int]) -> int:
         """Remove the topic's indexed posts that are not in ``keep``."""
@@ -329,20 +301,7 @@ class IndexStore:
                 (status, json.dumps(dict(summary), default=str), status, source_key),
             )
 
-    # -- restricted categories, size, reindex ------------------------------------------------------
-
-    def replace_restricted(self, category_ids: Iterable[int]) -> None:
-        """Make ``restricted_categories`` exactly the source's current list."""
-        ids = sorted(set(category_ids))
-        with self.conn.transaction():
-            self.conn.execute(
-                "DELETE FROM restricted_categories WHERE category_id <> ALL(%s::bigint[])", (ids,)
-            )
-            self.conn.execute(
-                "INSERT INTO restricted_categories (category_id) SELECT unnest(%s::bigint[]) "
-                "ON CONFLICT (category_id) DO UPDATE SET updated_at = now()",
-                (ids,),
-            )
+    # -- size, reindex ------------------------------------------------------------------------------
 
     def count(self) -> int:
         with self.conn.transaction():

@@ -55,6 +55,8 @@ class Actors:
     refresh_post: dramatiq.Actor[Any, None]
     refresh_topic: dramatiq.Actor[Any, None]
     backfill_tick: dramatiq.Actor[Any, None]
+    refresh_category: dramatiq.Actor[Any, None]
+    sync_categories: dramatiq.Actor[Any, None]
 
 
 def retry_options(limits: LimitsSettings) -> dict[str, Any]:
@@ -115,6 +117,17 @@ def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limi
     def refresh_topic(topic_id: int, event: str) -> None:
         honour_retry_after(limits, lambda: runtime().indexer().refresh_topic(topic_id, event))
 
+    @dramatiq.actor(queue_name=INDEX_QUEUE, **options)
+    def refresh_category(category_id: int, event: str) -> None:
+        honour_retry_after(limits, lambda: runtime().indexer().refresh_category(category_id, event))
+
+    # The forum's categories as it describes them now: sent by every worker process at its start, so that
+    # categories created or changed while no worker ran are known before a question needs them.
+    @dramatiq.actor(queue_name=MAINTENANCE_QUEUE, **options)
+    def sync_categories() -> None:
+        line = honour_retry_after(limits, lambda: runtime().indexer().sync_categories())
+        log.info("%s", line)
+
     # A scheduled incremental backfill (`citebot backfill --enqueue` from cron): unchanged posts are
     # skipped by digest, so a tick costs reading the source. Hours, not the default 10-minute limit.
     @dramatiq.actor(queue_name=MAINTENANCE_QUEUE, time_limit=BACKFILL_TIME_LIMIT_MS, **options)
@@ -122,7 +135,15 @@ def declare_actors(broker: dramatiq.Broker, runtime: Callable[[], Runtime], limi
         line = runtime().indexer().backfill(kind, path=Path(path) if path else None, source_url=source_url)
         log.info("scheduled backfill: %s", line)
 
-    return Actors(answer_question, poll_notifications, refresh_post, refresh_topic, backfill_tick)
+    return Actors(
+        answer_question,
+        poll_notifications,
+        refresh_post,
+        refresh_topic,
+        backfill_tick,
+        refresh_category,
+        sync_categories,
+    )
 
 
 def enqueue_only() -> Runtime:
@@ -193,8 +214,14 @@ class DramatiqIntake:
         else:
             self._actors.answer_question.send(post_id, topic_id, version, "webhook", reply_to)
 
-    def refresh_post(self, post_id: int, event: str) -> None:
-        self._actors.refresh_post.send(post_id, event)
+    def refresh_post(self, post_id: int, event: str, delay_s: float = 0.0) -> None:
+        if delay_s > 0:
+            self._actors.refresh_post.send_with_options(args=(post_id, event), delay=int(delay_s * 1000))
+        else:
+            self._actors.refresh_post.send(post_id, event)
 
     def refresh_topic(self, topic_id: int, event: str) -> None:
         self._actors.refresh_topic.send(topic_id, event)
+
+    def refresh_category(self, category_id: int, event: str) -> None:
+        self._actors.refresh_category.send(category_id, event)

@@ -296,3 +296,58 @@ def optional_int(value: object) -> int | None:
         return int(value)  # type: ignore[call-overload, no-any-return]
     except (TypeError, ValueError):
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class ForumCategory:
+    """A category as the forum describes it (``/c/{id}/show.json``, ``/site.json``, a category webhook,
+    the ``categories`` table of a replica). ``read_restricted``: not every reader may see it (Discourse's
+    own flag: false only when the ``everyone`` group may read). ``name`` may be unknown (None)."""
+
+    id: int
+    name: str | None
+    read_restricted: bool
+    parent_id: int | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ForumCategory:
+        """A category in Discourse's category JSON (BasicCategorySerializer's fields)."""
+        name = data.get("name")
+        return cls(
+            id=int(data["id"]),
+            name=str(name) if isinstance(name, str) and name else None,
+            read_restricted=bool(data.get("read_restricted", True)),
+            parent_id=optional_int(data.get("parent_category_id")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TagGroup:
+    """A tag group (``/tag_groups.json``, TagGroupSerializer): its tags, and whether the ``everyone``
+    group may see them (a permission for group 0, which Discourse also shows for a group with none)."""
+
+    name: str
+    tags: tuple[str, ...]
+    everyone: bool
+
+    @classmethod
+    def all_from_json(cls, data: Mapping[str, Any]) -> tuple[TagGroup, ...]:
+        """``GET /tag_groups.json``'s groups. Tags come as ``tags: [{name}]`` (current) or ``tag_names``
+        (older); permissions are keyed by group id (current) or by group name (older); a group with
+        none is shown as ``everyone: full`` by Discourse, and is read so here."""
+        groups = []
+        for item in data.get("tag_groups") or []:
+            if not isinstance(item, Mapping):
+                continue
+            raw_tags = item.get("tags") or item.get("tag_names") or []
+            names = [t.get("name") if isinstance(t, Mapping) else t for t in raw_tags]
+            permissions = item.get("permissions")
+            keys = {str(k) for k in permissions} if isinstance(permissions, Mapping) else set()
+            groups.append(
+                cls(
+                    name=str(item.get("name") or ""),
+                    tags=tuple(str(n) for n in names if n),
+                    everyone=not keys or bool(keys & {"0", "everyone"}),
+                )
+            )
+        return tuple(groups)

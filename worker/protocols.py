@@ -6,7 +6,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from worker.domain import Completion, EmbedKind, ForumPost, ForumTopic, Member, PendingPost, SearchHit
+from worker.domain import (
+    Completion,
+    EmbedKind,
+    ForumCategory,
+    ForumPost,
+    ForumTopic,
+    Member,
+    PendingPost,
+    SearchHit,
+    TagGroup,
+)
 
 
 @runtime_checkable
@@ -69,6 +79,16 @@ class Forum(KeywordSearch, Protocol):
 
     def get_user_by_username(self, username: str) -> Member: ...
 
+    def get_category(self, category_id: int) -> ForumCategory:
+        """One category (raises NotFoundError when the forum has none, or will not show it)."""
+        ...
+
+    def get_site_categories(self) -> tuple[ForumCategory, ...]:
+        """The categories the API user may see (possibly a partial list: lazy-loaded categories)."""
+        ...
+
+    def get_tag_groups(self) -> tuple[TagGroup, ...]: ...
+
 
 class Indexer(Protocol):
     """Keeps the post index in step with the forum (``backfill.indexer.BackfillIndexer``)."""
@@ -79,6 +99,14 @@ class Indexer(Protocol):
 
     def refresh_topic(self, topic_id: int, event: str) -> None:
         """Re-read a whole topic after a topic ``event`` (deleted: every row goes; recovered: back)."""
+        ...
+
+    def refresh_category(self, category_id: int, event: str) -> None:
+        """Re-read one category after a category ``event`` and record what the forum says of it."""
+        ...
+
+    def sync_categories(self) -> str:
+        """Record the categories the forum describes now (start-up); returns a summary line."""
         ...
 
     def backfill(self, kind: str, *, path: Path | None = None, source_url: str | None = None) -> str:

@@ -9,7 +9,8 @@ accepted and ``/readyz`` says not ready.
 Only the body is signed: the ``X-Discourse-Event`` header can be changed by anyone who replays a
 captured delivery. So no header decides what work a body queues beyond what the body itself says:
 a question is deduped on (post id, version), a refresh on the digest of the signed body, and a post is
-removed from the index only when the body says it is deleted (``deleted_at``).
+removed from the index only when the body says it is deleted (``deleted_at``). Which events are read,
+and what each queues (posts, topics and their status, categories, reviewables): ``worker.webhook_events``.
 
 Redis: a delivery makes two round trips (its dedupe keys, then its enqueues), and the deliveries in
 flight share them: the commands handed over in one event-loop turn leave on one pipeline
@@ -48,17 +49,23 @@ from worker.dedupe import delivery_key, question_key
 from worker.domain import ForumPost
 from worker.redis_batch import NoTurnError, RedisBatcher, RedisCommand
 from worker.settings import Settings
+from worker.webhook_events import (
+    MOVE_ACTION_CODE,
+    REVIEWABLE_RECHECK_S,
+    CategoryEnvelope,
+    ReviewableEnvelope,
+    family,
+)
 
 log = logging.getLogger(__name__)
 
 WEBHOOK_PATH = "/webhooks/discourse"
-# Every post event refreshes the post's index row (a new post is indexed as soon as it exists; the
-# bot's own are skipped) and asks it as a question when the body shows it addressed: the header only
-# says that the body is a post, so that what a body queues does not depend on it.
-POST_EVENTS = frozenset({"post_created", "post_edited", "post_destroyed", "post_recovered"})
+# Every post event (webhook_events.POST_EVENTS) refreshes the post's index row (a new post is indexed
+# as soon as it exists; the bot's own are skipped) and asks it as a question when the body shows it
+# addressed: the header only says that the body is a post, so that what a body queues does not depend
+# on it.
 # Deleting a topic sends post_destroyed for its first post only, plus topic_destroyed; recovering it,
 # post_recovered and topic_recovered. Each of them re-checks the whole topic.
-TOPIC_REFRESH_EVENTS = frozenset({"topic_edited", "topic_destroyed", "topic_recovered"})
 FIRST_POST_TOPIC_EVENTS = {"post_destroyed": "topic_destroyed", "post_recovered": "topic_recovered"}
 MIN_SECRET_CHARS = 12
 # Posts longer than this are parsed for mentions in a worker thread, so that the event loop (other
@@ -77,9 +84,12 @@ class Intake(Protocol):
         """Enqueue a question; ``reply_to`` asks the worker to confirm first that the post it replies to
         (that post number of the topic) is the bot's."""
 
-    def refresh_post(self, post_id: int, event: str) -> None: ...
+    def refresh_post(self, post_id: int, event: str, delay_s: float = 0.0) -> None:
+        """Re-read one post's index row; ``delay_s`` later when given."""
 
     def refresh_topic(self, topic_id: int, event: str) -> None: ...
+
+    def refresh_category(self, category_id: int, event: str) -> None: ...
 
     def outbox(self) -> contextlib.AbstractContextManager[list[RedisCommand]]:
         """What is enqueued inside the block is not sent: its Redis commands are appended to the yielded
@@ -112,6 +122,7 @@ class WebhookPost(BaseModel):
     deleted_at: str | None = None
     user_deleted: bool = False
     version: Positive = 1
+    action_code: str | None = None
 
     def to_domain(self) -> ForumPost:
         """The validated payload as a ``ForumPost``, by the one mapping of Discourse's post JSON."""
@@ -331,6 +342,9 @@ def create_app(
                         intake.refresh_post(post.id, refresh)
                     if refresh in FIRST_POST_TOPIC_EVENTS and post.post_number == 1:
                         intake.refresh_topic(post.topic_id, FIRST_POST_TOPIC_EVENTS[refresh])
+                    if post.action_code == MOVE_ACTION_CODE:
+                        # PostMover's note in a topic whose posts moved away: follow them.
+                        intake.refresh_topic(post.topic_id, "posts_moved")
                 queued = ask and fresh[1]
                 if queued:
                     reply_to = post.reply_to_post_number if decision.needs_confirmation else None
@@ -349,20 +363,47 @@ def create_app(
             return decision.reason
         return "refresh"
 
-    async def accept_topic(body: bytes, event: str) -> str:
-        topic = TopicEnvelope.model_validate_json(body).topic
+    async def refresh_once(body: bytes, send: Callable[[], object]) -> str:
+        """Queue ``send``'s refreshes unless this body was seen before (they leave together, or none)."""
         key = delivery_key(namespace, body)
         (fresh,) = await first_sightings([key])
         if not fresh:
             return "duplicate"
         try:
             with intake.outbox() as commands:
-                intake.refresh_topic(topic.id, event)
+                send()
             await enqueue(commands)
         except Exception:
             await forget([key])
             raise
         return "refresh"
+
+    async def accept_topic(body: bytes, event: str) -> str:
+        topic = TopicEnvelope.model_validate_json(body).topic
+        return await refresh_once(body, lambda: intake.refresh_topic(topic.id, event))
+
+    async def accept_category(body: bytes, event: str) -> str:
+        category = CategoryEnvelope.model_validate_json(body).category
+        return await refresh_once(body, lambda: intake.refresh_category(category.id, event))
+
+    async def accept_reviewable(body: bytes, event: str) -> str:
+        reviewable = ReviewableEnvelope.model_validate_json(body).reviewable
+        post_id = reviewable.post_id
+        if post_id is None:  # a queued post (no post yet), a user: nothing indexed to re-read
+            return "ignored"
+
+        def send() -> None:
+            intake.refresh_post(post_id, "reviewable")
+            intake.refresh_post(post_id, "reviewable", REVIEWABLE_RECHECK_S)
+
+        return await refresh_once(body, send)
+
+    accept = {
+        "post": accept_post,
+        "topic": accept_topic,
+        "category": accept_category,
+        "reviewable": accept_reviewable,
+    }
 
     async def receive(request: Request) -> Response:
         started = clock()
@@ -389,11 +430,10 @@ def create_app(
         event = request.headers.get("x-discourse-event", "")
         if event_type == "ping" or event == "ping":
             return done(started, "ping", 200)
+        handler = accept.get(family(event) or "")
         try:
-            if event in POST_EVENTS:
-                return done(started, await accept_post(body, event), 200)
-            if event in TOPIC_REFRESH_EVENTS:
-                return done(started, await accept_topic(body, event), 200)
+            if handler is not None:
+                return done(started, await handler(body, event), 200)
         except pydantic.ValidationError:
             return done(started, "bad_request", 400, "body is not a Discourse webhook payload")
         except NoTurnError:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from backfill.categories import CategoryList
 
 LIVE_FORUM = "forum"
 
@@ -84,6 +87,7 @@ class PostSource(Protocol):
         """How many posts remain past ``cursor`` (for the ETA), or None when unknown."""
         ...
 
-    def restricted_categories(self) -> frozenset[int] | None:
-        """The ids of read-restricted categories, or None when the source cannot know them."""
+    def categories(self) -> CategoryList | None:
+        """The categories the source can describe (``backfill.categories``: a partial list never widens
+        what is public), or None when it describes none."""
         ...

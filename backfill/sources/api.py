@@ -5,8 +5,12 @@ ids DOWNWARD: each page covers ``[lowest id on the page, previous lowest - 1]`` 
 lowest id. Discourse leaves out of that list what the API user may not see or what is deleted, hidden
 or in a private message, and the range sweep removes such posts from the index. Tags, the topic's
 archetype and visibility come from ``GET /t/{id}.json`` (cached per topic); category names and
-``read_restricted`` from ``GET /site.json``. Requests are paced to ``requests_per_minute`` and a 429 is
-retried after its ``Retry-After`` (or ``extras.wait_seconds``).
+``read_restricted`` from ``GET /site.json``, and a category it lacks (lazy-loaded categories list only the
+caller's sidebar) from ``GET /c/{id}/show.json``, once. That list is partial: it never widens what is
+public (``backfill.categories``). Tags are kept only when an anonymous reader sees them: the API user
+(staff) also sees the tags of restricted tag groups, so ``GET /tag_groups.json`` says which those are
+(``backfill.tags``). Requests are paced to ``requests_per_minute`` and a 429 is retried after its
+``Retry-After`` (or ``extras.wait_seconds``).
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ from typing import Any
 
 import httpx
 
+from backfill.categories import CategoryList
 from backfill.evidence import REPLY_WINDOW
 from backfill.sources import SourceBatch, SourcePost
 from backfill.sources.discourse_json import source_post, stream_replies
+from backfill.tags import hidden_tag_names, parse_tag_groups, public_tags
 from worker.budget import ApiBudget
 from worker.clients import http as outbound
-from worker.errors import RateLimitedError, ServiceUnavailableError, TransientError
+from worker.domain import ForumCategory
+from worker.errors import AuthError, NotFoundError, RateLimitedError, ServiceUnavailableError, TransientError
 from worker.settings import DiscourseSettings
 
 log = logging.getLogger(__name__)
@@ -50,14 +57,17 @@ class ApiSource:
         self.max_retries = max_retries
         self.sleep = sleep
         self._topics: OrderedDict[int, dict[str, Any]] = OrderedDict()
-        self._categories: dict[int, tuple[str | None, bool]] | None = None
+        self._categories: dict[int, ForumCategory] | None = None
+        self._looked_up: set[int] = set()
+        self._hidden_tags: frozenset[str] | None = None
 
     @property
     def key(self) -> str:
         return "api"
 
-    def restricted_categories(self) -> frozenset[int] | None:
-        return frozenset(cid for cid, (_n, restricted) in self._site_categories().items() if restricted)
+    def categories(self) -> CategoryList | None:
+        """What ``/site.json`` lists, and what the look-ups of this run found: a partial list."""
+        return CategoryList(tuple(self._site_categories().values()), complete=False)
 
     def estimate(self, cursor: int | None) -> int | None:
         """Approximate: post ids left below the cursor (ids are dense on most forums)."""
@@ -89,19 +99,44 @@ class ApiSource:
     def _post(self, p: dict[str, Any]) -> SourcePost:
         topic = self._topic(int(p["topic_id"]))
         category_id = p.get("category_id", topic.get("category_id"))
-        name, restricted = (
-            self._site_categories().get(int(category_id), (None, False)) if category_id else (None, False)
-        )
+        category = self._category(int(category_id)) if category_id else None
         first = int(p["post_number"]) == 1
-        return source_post(
+        post = source_post(
             p,
             topic,
             category_id=category_id,
-            category_name=name,
-            restricted=restricted,
+            category_name=category.name if category else None,
+            # A category Discourse will not describe (404) is treated as restricted: fail closed.
+            restricted=category.read_restricted if category else category_id is not None,
             raw=p.get("raw"),
             replies=stream_replies(topic, int(p["id"])) if first else None,
         )
+        return public_tags(post, self._tags_hidden())
+
+    def _category(self, category_id: int) -> ForumCategory | None:
+        """The category as ``/site.json`` lists it, else as ``/c/{id}/show.json`` shows it (asked once
+        per run); None when the forum does not have it."""
+        known = self._site_categories()
+        if category_id not in known and category_id not in self._looked_up:
+            self._looked_up.add(category_id)
+            try:
+                data = self._get(f"/c/{category_id}/show.json").get("category")
+            except NotFoundError:
+                data = None
+            if isinstance(data, dict) and "id" in data:
+                known[category_id] = ForumCategory.from_json(data)
+        return known.get(category_id)
+
+    def _tags_hidden(self) -> frozenset[str]:
+        """Tags an anonymous reader may not see (``GET /tag_groups.json``, read once per run). An API
+        user that may not read tag groups (not staff) is itself shown only the tags it may see."""
+        if self._hidden_tags is None:
+            try:
+                self._hidden_tags = hidden_tag_names(parse_tag_groups(self._get("/tag_groups.json")))
+            except (AuthError, NotFoundError):
+                log.warning("cannot read /tag_groups.json: tags are kept as the API user sees them")
+                self._hidden_tags = frozenset()
+        return self._hidden_tags
 
     def _topic(self, topic_id: int) -> dict[str, Any]:
         topic = self._topics.get(topic_id)
@@ -120,10 +155,10 @@ class ApiSource:
                 self._topics.popitem(last=False)
         return topic
 
-    def _site_categories(self) -> dict[int, tuple[str | None, bool]]:
+    def _site_categories(self) -> dict[int, ForumCategory]:
         if self._categories is None:
             cats = self._get("/site.json").get("categories") or []
-            self._categories = {int(c["id"]): (c.get("name"), bool(c.get("read_restricted"))) for c in cats}
+            self._categories = {int(c["id"]): ForumCategory.from_json(c) for c in cats if "id" in c}
         return self._categories
 
     def _get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:

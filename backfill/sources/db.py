@@ -5,6 +5,11 @@ unlike OFFSET). Eligibility is decided in SQL (the same rule as ``backfill.evide
 text columns and the tag list are fetched for eligible posts only, while every post of the range comes
 back with its flags so the pipeline removes the ineligible ones from the index. The connection is
 read-only (``default_transaction_read_only``) and only reads the columns docs/backfill.md lists.
+
+Categories: the replica's ``categories`` table is the complete list (``backfill.categories``: a category
+it lacks was deleted). Tags: only those an anonymous reader sees (``PUBLIC_TAG_SQL``, Discourse's
+``DiscourseTagging.visible_tags``: a tag no tag group restricts, or one in a group the ``everyone``
+group may see; lib/discourse_tagging.rb).
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ from typing import Any
 
 import psycopg
 
+from backfill.categories import CategoryList
 from backfill.evidence import REPLY_WINDOW
 from backfill.sources import SourceBatch, SourcePost
 from worker.db.connect import first_line
+from worker.domain import ForumCategory
 from worker.errors import ConfigError, ServiceUnavailableError
 
 ELIGIBLE_SQL = """
@@ -27,12 +34,24 @@ ELIGIBLE_SQL = """
     AND NOT COALESCE(c.read_restricted, false) AND NOT COALESCE(pc.read_restricted, false)
 """
 
+# A tag an anonymous reader sees: in no tag group with permissions, or in one whose permissions name
+# the everyone group (id 0). DiscourseTagging.visible_tags; a group without permission rows restricts
+# nothing (TagGroupSerializer shows it as everyone: full).
+PUBLIC_TAG_SQL = """
+    (NOT EXISTS (SELECT 1 FROM tag_group_memberships m
+                 JOIN tag_group_permissions gp ON gp.tag_group_id = m.tag_group_id
+                 WHERE m.tag_id = tg.id)
+     OR EXISTS (SELECT 1 FROM tag_group_memberships m
+                JOIN tag_group_permissions gp ON gp.tag_group_id = m.tag_group_id
+                WHERE m.tag_id = tg.id AND gp.group_id = 0))
+"""
+
 # Built from constants only (no input): the f-string just shares the eligibility rule.
 PAGE_SQL = f"""
 SELECT p.id, p.topic_id, p.post_number, COALESCE(t.slug, ''), COALESCE(t.title, ''), t.category_id, c.name,
        CASE WHEN e.eligible THEN ARRAY(
            SELECT tg.name FROM topic_tags tt JOIN tags tg ON tg.id = tt.tag_id
-           WHERE tt.topic_id = p.topic_id ORDER BY tg.name) END,
+           WHERE tt.topic_id = p.topic_id AND {PUBLIC_TAG_SQL} ORDER BY tg.name) END,
        CASE WHEN e.eligible THEN p.cooked END,
        CASE WHEN e.eligible AND COALESCE(p.cooked, '') = '' THEN p.raw END,
        p.post_type, p.hidden, p.deleted_at IS NOT NULL, p.user_deleted,
@@ -101,9 +120,16 @@ class DbSource:
             self._conn.close()
             self._conn = None
 
-    def restricted_categories(self) -> frozenset[int] | None:
-        rows = self._connection().execute("SELECT id FROM categories WHERE read_restricted").fetchall()
-        return frozenset(int(r[0]) for r in rows)
+    def categories(self) -> CategoryList | None:
+        """Every category of the forum: the complete list."""
+        rows = (
+            self._connection()
+            .execute("SELECT id, name, read_restricted, parent_category_id FROM categories")
+            .fetchall()
+        )
+        return CategoryList(
+            tuple(ForumCategory(int(r[0]), r[1], bool(r[2]), _int(r[3])) for r in rows), complete=True
+        )
 
     def estimate(self, cursor: int | None) -> int | None:
         sql = "SELECT count(*) FROM posts WHERE id > %s"
@@ -152,6 +178,10 @@ class DbSource:
         return tuple(
             replace(p, replies=tuple(replies[p.topic_id])) if p.post_number == 1 else p for p in posts
         )
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if value is not None else None
 
 
 def _iso(value: Any) -> str | None:

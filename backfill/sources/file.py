@@ -1,9 +1,14 @@
 """Posts from a forum export folder: ``topics/<id>.json`` as Discourse serves ``GET /t/{id}.json``.
 
 Optional beside it: ``raw/<id>.md`` (``GET /raw/{id}``: each post's Markdown, used when a post has no
-cooked HTML) and ``categories.json`` (``GET /categories.json`` or ``/site.json``: category names and
-``read_restricted``). Without categories the text carries no category name (none is made up) and the
-restricted list is left as it is.
+cooked HTML), ``categories.json`` (``GET /categories.json`` or ``/site.json``: category names and
+``read_restricted``) and ``tag_groups.json`` (``GET /tag_groups.json``: the tags an anonymous reader
+may not see are left out, ``backfill.tags``). Without categories the text carries no category name
+(none is made up), and the export's categories stay as the forum last described them: their posts are
+indexed, and cited once a category is known to be public (``backfill.categories``). categories.json is a
+partial list: it forgets nothing. An export taken as an anonymous reader holds only public topics: with
+``assume_public`` (``citebot backfill --source file --public-export``) every category its topics carry
+that categories.json does not describe is recorded as public, on the operator's word.
 
 Posts are walked in ascending id order across topics: a first pass maps post ids to topic files, and
 topics are then parsed again on demand through a small cache, so memory holds the id map, not the forum.
@@ -19,8 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from backfill.categories import CategoryList
 from backfill.sources import SourceBatch, SourcePost
 from backfill.sources.discourse_json import source_post, stream_replies
+from backfill.tags import hidden_tag_names, parse_tag_groups, public_tags
+from worker.domain import ForumCategory
 from worker.errors import ConfigError
 
 _RAW_SPLIT = re.compile(r"\n-{10,}\n")
@@ -30,7 +38,7 @@ _RAW_HEAD = re.compile(r"^[^\n|]+\|[^\n|]+\|\s*#(\d+)\s*\n")
 class FileSource:
     """A folder of ``/t/{id}.json`` files."""
 
-    def __init__(self, path: Path, *, cache_topics: int = 256) -> None:
+    def __init__(self, path: Path, *, cache_topics: int = 256, assume_public: bool = False) -> None:
         self.path = path.resolve()
         self.topics_dir = self.path / "topics"
         if not self.topics_dir.is_dir():
@@ -40,15 +48,25 @@ class FileSource:
         self._ids: list[int] | None = None
         self._topic_of: dict[int, int] = {}
         self._categories = self._load_categories()
+        self._hidden_tags = self._load_hidden_tags()
+        self.assume_public = assume_public
+        self._seen_categories: set[int] = set()
 
     @property
     def key(self) -> str:
         return f"file:{self.path}"
 
-    def restricted_categories(self) -> frozenset[int] | None:
-        if self._categories is None:
+    def categories(self) -> CategoryList | None:
+        """categories.json's entries; with ``assume_public``, also every other category the export's
+        topics carry, as public (a first pass reads them all)."""
+        listed = dict(self._categories or {})
+        if self.assume_public:
+            self._post_ids()
+            for cid in sorted(self._seen_categories - set(listed)):
+                listed[cid] = ForumCategory(cid, None, read_restricted=False)
+        if not listed and self._categories is None:
             return None
-        return frozenset(cid for cid, (_name, restricted) in self._categories.items() if restricted)
+        return CategoryList(tuple(listed.values()), complete=False)
 
     def estimate(self, cursor: int | None) -> int | None:
         ids = self._post_ids()
@@ -71,6 +89,8 @@ class FileSource:
             for file in self.topics_dir.glob("*.json"):
                 topic = _read_json(file)
                 tid = int(topic["id"])
+                if topic.get("category_id") is not None:
+                    self._seen_categories.add(int(topic["category_id"]))
                 for post in topic.get("post_stream", {}).get("posts", []):
                     self._topic_of[int(post["id"])] = tid
             self._ids = sorted(self._topic_of)
@@ -93,18 +113,17 @@ class FileSource:
         topic = self._topic(self._topic_of[post_id])
         p = topic["_posts"][post_id]
         category_id = topic.get("category_id")
-        name, restricted = (None, False)
-        if self._categories is not None and category_id is not None:
-            name, restricted = self._categories.get(int(category_id), (None, False))
-        return source_post(
+        category = (self._categories or {}).get(int(category_id)) if category_id is not None else None
+        post = source_post(
             p,
             topic,
             category_id=category_id,
-            category_name=name,
-            restricted=restricted,
+            category_name=category.name if category else None,
+            restricted=category.read_restricted if category else False,
             raw=topic["_raw"].get(int(p["post_number"])),
             replies=stream_replies(topic, post_id) if int(p["post_number"]) == 1 else None,
         )
+        return public_tags(post, self._hidden_tags)
 
     def _load_raw(self, topic_id: int) -> dict[int, str]:
         file = self.path / "raw" / f"{topic_id}.md"
@@ -112,13 +131,19 @@ class FileSource:
             return {}
         return parse_raw(file.read_text("utf-8", errors="replace"))
 
-    def _load_categories(self) -> dict[int, tuple[str | None, bool]] | None:
+    def _load_categories(self) -> dict[int, ForumCategory] | None:
         file = self.path / "categories.json"
         if not file.is_file():
             return None
         data = _read_json(file)
         items = data.get("category_list", {}).get("categories") or data.get("categories") or []
-        return {int(c["id"]): (c.get("name"), bool(c.get("read_restricted"))) for c in items}
+        return {int(c["id"]): ForumCategory.from_json(c) for c in items if "id" in c}
+
+    def _load_hidden_tags(self) -> frozenset[str]:
+        file = self.path / "tag_groups.json"
+        if not file.is_file():
+            return frozenset()
+        return hidden_tag_names(parse_tag_groups(_read_json(file)))
 
 
 def parse_raw(text: str) -> dict[int, str]:

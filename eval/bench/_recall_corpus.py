@@ -230,6 +230,13 @@ def load_table(url: str, p: Params) -> float:
                     copy.write_row(row)
                     row_id += 1
                 print(f"  loaded {row_id:,}/{p.n:,}", end="\r", flush=True)
+        # Every category is public (backfill.categories: recall reads only those); the filtered runs
+        # make RESTRICTED_CATEGORY read-restricted and back.
+        conn.execute(
+            "INSERT INTO categories (category_id, read_restricted, seen_by)"
+            " SELECT g, false, 'bench' FROM generate_series(1, %s) g",
+            (CATEGORIES,),
+        )
         conn.commit()
     load_s = time.perf_counter() - t0
     with psycopg.connect(db_url, autocommit=True) as conn:

@@ -22,12 +22,14 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
+from backfill.categories import CategoryList
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources import SourceBatch, SourcePost
 from backfill.store import pack_halfvecs
 from eval.bench.report import emit, print_table
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
 from worker.db.migrate import migrate
+from worker.domain import ForumCategory
 from worker.settings import Settings
 from worker.testing.models import FakeEmbedder
 
@@ -110,8 +112,10 @@ class SyntheticSource:
     def key(self) -> str:
         return "bench"
 
-    def restricted_categories(self) -> frozenset[int] | None:
-        return frozenset({99})
+    def categories(self) -> CategoryList | None:
+        """Categories 1..12 public (the posts'), 99 restricted."""
+        cats = [ForumCategory(c, f"Category {c}", False) for c in range(1, 13)]
+        return CategoryList((*cats, ForumCategory(99, None, True)))
 
     def estimate(self, cursor: int | None) -> int | None:
         return self.n - (cursor or 0)

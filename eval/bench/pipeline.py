@@ -113,6 +113,12 @@ def build_index(db_url: str, embedder: TeiEmbedder, data: Path, topic_ids: list[
         ):
             for row, vec in zip(rows, vectors, strict=True):
                 copy.write_row((*row, b"\0", embedder.model, HalfVector(np.asarray(vec, dtype=np.float32))))
+        # The archive is of a public forum: its categories are public (backfill.categories).
+        conn.execute(
+            "INSERT INTO categories (category_id, read_restricted, seen_by)"
+            " SELECT DISTINCT category_id, false, 'bench' FROM post_index WHERE category_id IS NOT NULL"
+            " ON CONFLICT (category_id) DO NOTHING"
+        )
         conn.execute("ANALYZE post_index")
         conn.commit()
     return len(rows)

@@ -291,7 +291,7 @@ def measure_size(
             continue
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute("UPDATE index_meta SET vector_index = %s", (kind,))
-            conn.execute("DELETE FROM restricted_categories")
+            conn.execute("UPDATE categories SET read_restricted = false")
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
             # The table first: where it exceeds shared_buffers, the index read last stays resident.
             conn.execute("SELECT pg_prewarm('post_index'), pg_prewarm(%s)", (INDEX_NAMES[kind],))
@@ -309,7 +309,8 @@ def measure_size(
             )
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute(
-                "INSERT INTO restricted_categories (category_id) VALUES (%s)", (rc.RESTRICTED_CATEGORY,)
+                "UPDATE categories SET read_restricted = true WHERE category_id = %s",
+                (rc.RESTRICTED_CATEGORY,),
             )
         try:
             for settings in configurations(kind, args):
@@ -325,7 +326,7 @@ def measure_size(
                 )
         finally:
             with psycopg.connect(db_url, autocommit=True) as conn:
-                conn.execute("DELETE FROM restricted_categories")
+                conn.execute("UPDATE categories SET read_restricted = false")
         out["kinds"][kind] = {
             **(
                 {"hamming_ceiling": {str(w): round(r, 4) for w, r in ceiling.items()}}

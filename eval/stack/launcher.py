@@ -296,14 +296,30 @@ def webhook_url(port: int) -> str:
     return f"http://127.0.0.1:{port}{WEBHOOK_PATH}"
 
 
-def index_with(db_url: str, export: Path, vector: Callable[[str], Sequence[float]], model: str) -> int:
+def index_with(
+    db_url: str,
+    export: Path,
+    vector: Callable[[str], Sequence[float]],
+    model: str,
+    *,
+    restricted: Iterable[int] = (),
+) -> int:
     """Fill ``post_index`` from an export with ``vector(title + "\\n" + text)``: what a backfill with
-    that embedder would write, for stacks whose embedder is a deterministic fake. Returns the rows."""
+    that embedder would write, for stacks whose embedder is a deterministic fake. The export's
+    categories are recorded as the forum describes them (public, but those in ``restricted``), as a
+    backfill of the live forum would (``backfill.categories``). Returns the rows."""
     rows = 0
+    restricted = set(restricted)
     with psycopg.connect(db_url) as conn:
         register_vector(conn)
         for path in sorted((export / "topics").glob("*.json")):
             topic = json.loads(path.read_text("utf-8"))
+            if topic.get("category_id") is not None:
+                conn.execute(
+                    "INSERT INTO categories (category_id, read_restricted, seen_by) VALUES (%s, %s, 'api')"
+                    " ON CONFLICT (category_id) DO NOTHING",
+                    (topic["category_id"], topic["category_id"] in restricted),
+                )
             for post in topic["post_stream"]["posts"]:
                 text = html_to_text(post["cooked"])
                 conn.execute(

@@ -200,7 +200,9 @@ def index_export(
         max_tokens=cfg.max_tokens,
         progress=progress,
     )
-    source = FileSource(export.resolve())
+    # The eval's forums are archives of public forums (their READMEs): every category they carry is
+    # public, on the operator's word (``citebot backfill --public-export``; backfill.categories).
+    source = FileSource(export.resolve(), assume_public=True)
     summary = run_backfill(settings.database, source, embedder, options, tokenizer=tokenizer)
     log.info("%s", summary.line())
     return summary

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import psycopg
 import pytest
 
 from backfill.run import BackfillOptions
@@ -49,3 +50,10 @@ def database(db_url: str) -> DatabaseSettings:
 @pytest.fixture
 def options() -> BackfillOptions:
     return BackfillOptions(page_size=4, batch_size=2, concurrency=2, progress=False)
+
+
+def recorded_categories(db_url: str) -> dict[int, tuple[str | None, bool | None]]:
+    """The ``categories`` table (backfill.categories): id -> (name, read_restricted)."""
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT category_id, name, read_restricted FROM categories").fetchall()
+    return {int(r[0]): (r[1], r[2]) for r in rows}

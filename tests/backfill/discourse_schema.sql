@@ -71,3 +71,31 @@ CREATE TABLE topic_tags (
     updated_at  timestamp without time zone NOT NULL DEFAULT now()
 );
 CREATE UNIQUE INDEX index_topic_tags_on_topic_id_and_tag_id ON topic_tags (topic_id, tag_id);
+
+-- Tag groups and who may see their tags (DiscourseTagging.visible_tags reads these; group 0 is
+-- everyone). A tag in a group that lists only staff (group 3) is hidden from anonymous readers.
+CREATE TABLE tag_groups (
+    id             serial PRIMARY KEY,
+    name           character varying NOT NULL,
+    parent_tag_id  integer,
+    one_per_topic  boolean DEFAULT false,
+    created_at     timestamp without time zone NOT NULL DEFAULT now(),
+    updated_at     timestamp without time zone NOT NULL DEFAULT now()
+);
+
+CREATE TABLE tag_group_memberships (
+    id            serial PRIMARY KEY,
+    tag_id        integer NOT NULL,
+    tag_group_id  integer NOT NULL,
+    created_at    timestamp without time zone NOT NULL DEFAULT now(),
+    updated_at    timestamp without time zone NOT NULL DEFAULT now()
+);
+
+CREATE TABLE tag_group_permissions (
+    id               bigserial PRIMARY KEY,
+    tag_group_id     bigint NOT NULL,
+    group_id         bigint NOT NULL,
+    permission_type  integer NOT NULL DEFAULT 1,
+    created_at       timestamp without time zone NOT NULL DEFAULT now(),
+    updated_at       timestamp without time zone NOT NULL DEFAULT now()
+);

@@ -9,6 +9,7 @@ import pytest
 
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.db import DbSource
+from tests.backfill.conftest import recorded_categories
 from worker.settings import DatabaseSettings
 from worker.testing.models import FakeEmbedder
 
@@ -34,8 +35,14 @@ def discourse(empty_db_url: str) -> str:
                 (13, 'Unlisted', 'unlisted', 1, 'regular', false, NULL),
                 (14, 'Deleted topic', 'deleted-topic', 1, 'regular', true, now()),
                 (15, 'Sub of staff', 'sub-of-staff', 3, 'regular', true, NULL);
-            INSERT INTO tags (id, name) VALUES (1, 'rendering'), (2, 'bug');
-            INSERT INTO topic_tags (topic_id, tag_id) VALUES (10, 2), (10, 1);
+            INSERT INTO tags (id, name) VALUES (1, 'rendering'), (2, 'bug'), (3, 'escalated'), (4, 'triaged');
+            INSERT INTO topic_tags (topic_id, tag_id) VALUES (10, 2), (10, 1), (10, 3), (10, 4);
+            -- 'escalated': staff only (group 3); 'triaged': staff can tag, everyone may see (group 0
+            -- read-only); 'bug' also sits in a permissionless group (everyone, as Discourse shows it).
+            INSERT INTO tag_groups (id, name) VALUES (1, 'Staff tags'), (2, 'Workflow'), (3, 'Kinds');
+            INSERT INTO tag_group_memberships (tag_id, tag_group_id) VALUES (3, 1), (4, 2), (2, 3);
+            INSERT INTO tag_group_permissions (tag_group_id, group_id, permission_type) VALUES
+                (1, 3, 1), (2, 3, 1), (2, 0, 3);
             INSERT INTO posts (id, user_id, topic_id, post_number, raw, cooked, post_type, hidden,
                                user_deleted, deleted_at, reply_to_post_number, updated_at) VALUES
                 (1, 1, 10, 1, 'Shadows flicker', '<p>Shadows flicker &amp; shimmer</p>', 1, false, false,
@@ -63,7 +70,13 @@ def test_db_source_reads_pages_with_eligibility_decided_in_sql(discourse: str) -
         batches = list(source.read(None, batch_size=5))
         assert source.estimate(None) == 13
         assert source.estimate(10) == 3
-        assert source.restricted_categories() == frozenset({2})
+        listed = source.categories()
+        assert listed is not None and listed.complete  # the replica's table: every category
+        assert {c.id: (c.read_restricted, c.parent_id) for c in listed.categories} == {
+            1: (False, None),
+            2: (True, None),
+            3: (False, 2),
+        }
     finally:
         source.close()
     assert [(b.lo, b.hi) for b in batches] == [(1, 5), (6, 10), (11, 13)]
@@ -73,7 +86,7 @@ def test_db_source_reads_pages_with_eligibility_decided_in_sql(discourse: str) -
         "Shadows flicker",
         "shadows-flicker",
         "Support",
-        ("bug", "rendering"),
+        ("bug", "rendering", "triaged"),  # 'escalated' is staff only: never embedded
     )
     assert (first.username, first.updated_at) == ("alice", "2024-03-01T12:00:00+00:00")
     assert posts[2].reply_to_post_number == 1
@@ -103,14 +116,14 @@ def test_backfill_from_the_replica_indexes_only_eligible_posts(discourse: str, d
     }
     with psycopg.connect(db_url) as conn:
         rows = conn.execute("SELECT post_id, text, tags FROM post_index ORDER BY post_id").fetchall()
-        restricted = conn.execute("SELECT array_agg(category_id) FROM restricted_categories").fetchone()
     assert [r[0] for r in rows] == [1, 2, 13]
     assert (
-        rows[0][1] == "Shadows flicker\nCategory: Support\nTags: bug, rendering\n\nShadows flicker & shimmer"
+        rows[0][1]
+        == "Shadows flicker\nCategory: Support\nTags: bug, rendering, triaged\n\nShadows flicker & shimmer"
     )
-    assert rows[0][2] == ["bug", "rendering"]
+    assert rows[0][2] == ["bug", "rendering", "triaged"]
     assert rows[2][1].endswith("Only raw here")
-    assert restricted == ([2],)
+    assert recorded_categories(db_url) == {1: ("Support", False), 2: ("Staff", True), 3: ("Staff notes", False)}
 
 
 def test_db_source_refuses_a_non_postgres_url() -> None:

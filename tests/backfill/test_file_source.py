@@ -13,6 +13,8 @@ import pytest
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.file import FileSource, parse_raw
 from eval.evaluation.datasets import URHO3D
+from tests.backfill.conftest import recorded_categories
+from tests.eval.forum.export import write_export
 from tests.services import unavailable
 from worker.errors import ConfigError
 from worker.settings import DatabaseSettings
@@ -54,7 +56,7 @@ def test_posts_come_in_ascending_id_order_across_topics_with_their_fields(export
     assert fps.raw is not None
     assert fps.raw.startswith("I added a simple FPS counter")
     assert fps.category_name is None  # no categories.json: no name is made up
-    assert source.restricted_categories() is None
+    assert source.categories() is None  # no categories.json: the export describes none
     resumed = [p.post_id for b in source.read(ids[99], batch_size=50) for p in b.posts]
     assert resumed == ids[100:]
     assert source.estimate(ids[99]) == 33
@@ -89,13 +91,10 @@ def test_backfill_of_real_topics_indexes_eligible_posts_and_honours_categories(
             conn.execute("SELECT topic_id, count(*) FROM post_index GROUP BY topic_id").fetchall()
         )
         text = conn.execute("SELECT text FROM post_index WHERE post_id = 434").fetchone()
-        restricted = conn.execute("SELECT array_agg(category_id) FROM restricted_categories").fetchone()
-        names: dict[int, str] = dict(conn.execute("SELECT category_id, name FROM category_names").fetchall())
     assert topics == {100: summary.embedded}
     assert text is not None
     assert text[0].startswith("Autocompletion generator\nCategory: Support\n\n")
-    assert restricted == ([11],)
-    assert names == {9: "Support", 11: "Staff"}
+    assert recorded_categories(db_url) == {9: ("Support", False), 11: ("Staff", True)}
 
 
 def test_missing_topics_folder_is_a_clear_configuration_error(tmp_path: Path) -> None:
@@ -108,3 +107,42 @@ def test_parse_raw_splits_posts_by_number() -> None:
         "al | 2017-01-02 01:04:43 UTC | #1\n\nfirst\n\n-------------------------\n\nbo | x | #2\n\nsecond\n"
     )
     assert parse_raw(text) == {1: "first", 2: "second"}
+
+
+def test_an_export_without_categories_is_indexed_but_cited_only_when_said_public(
+    tmp_path: Path, db_url: str
+) -> None:
+    """Fail closed (backfill.categories): an export that describes no category leaves its categories
+    unknown, so its posts are indexed but never recalled; --public-export records them as public."""
+    export = write_export(tmp_path / "export")
+    embedder = FakeEmbedder(model="test-model")
+    options = BackfillOptions(progress=False)
+    database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
+    summary = run_backfill(database, FileSource(export), embedder, options)
+    assert summary.embedded == 5  # topic 12's lone first post is an open question
+    assert recorded_categories(db_url) == {}
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM citable_categories").fetchone() == (0,)
+    run_backfill(database, FileSource(export, assume_public=True), embedder, options)
+    assert recorded_categories(db_url) == {6: (None, False), 7: (None, False)}
+    with psycopg.connect(db_url) as conn:
+        citable = {r[0] for r in conn.execute("SELECT category_id FROM citable_categories")}
+    assert citable == {6, 7}
+
+
+def test_tags_of_restricted_tag_groups_are_left_out(tmp_path: Path) -> None:
+    export = write_export(tmp_path / "export")
+    (export / "tag_groups.json").write_text(
+        json.dumps(
+            {
+                "tag_groups": [
+                    # Current Discourse: tags as objects, permissions by group id (3 = staff).
+                    {"id": 1, "name": "Staff", "tags": [{"id": 1, "name": "ui"}], "permissions": {"3": 1}},
+                    {"id": 2, "name": "Open", "tags": [{"id": 2, "name": "open"}], "permissions": {}},
+                ]
+            }
+        ),
+        "utf-8",
+    )
+    posts = [p for b in FileSource(export).read(None, batch_size=50) for p in b.posts]
+    assert {p.topic_id: p.tags for p in posts}[11] == ()  # 'ui' is staff only

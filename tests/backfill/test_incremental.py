@@ -14,7 +14,7 @@ from backfill.sources import SourcePost
 from backfill.sources.memory import MemorySource
 from tests.backfill.conftest import TEST_MODEL
 from worker.db.connect import connect
-from worker.domain import ForumPost, ForumTopic
+from worker.domain import ForumCategory, ForumPost, ForumTopic
 from worker.errors import IndexMismatchError
 from worker.settings import DatabaseSettings
 from worker.testing.forum import FakeForum
@@ -110,8 +110,7 @@ def test_new_topic_title_re_embeds_the_topics_posts(world: World, db_url: str) -
 
 def test_topic_moved_into_a_restricted_category_leaves_the_index(world: World, db_url: str) -> None:
     forum, _embedder, deps = world
-    with psycopg.connect(db_url) as conn:
-        conn.execute("INSERT INTO restricted_categories (category_id) VALUES (77)")
+    forum.categories[77] = ForumCategory(77, "Staff", True)  # the indexer looks it up: restricted
     forum.put_topic(dataclasses.replace(forum.get_topic(2), category_id=77))
     result = refresh_topic(deps, 2, "topic_edited")
     assert result.removed == 2

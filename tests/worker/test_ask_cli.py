@@ -30,7 +30,8 @@ def env(db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
         for post_id, topic_id, number, title, slug, text in POSTS:
             conn.execute(
                 "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title, text,"
-                " digest, model, embedding) VALUES (%s, %s, %s, %s, %s, %s, '\\x00', 'test-model', %s)",
+                " digest, model, embedding, category_id)"
+                " VALUES (%s, %s, %s, %s, %s, %s, '\\x00', 'test-model', %s, 1)",
                 (
                     post_id,
                     topic_id,
@@ -41,6 +42,10 @@ def env(db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
                     HalfVector(EMBEDDER.vector(f"{title}\n{text}")),
                 ),
             )
+        # The forum describes category 1 as public (backfill.categories): its posts may be cited.
+        conn.execute(
+            "INSERT INTO categories (category_id, read_restricted, seen_by) VALUES (1, false, 'test')"
+        )
     for key, value in {
         "CITEBOT_DATABASE__URL": db_url,
         "CITEBOT_EMBEDDINGS__PROVIDER": "tei",

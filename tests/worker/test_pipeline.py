@@ -86,9 +86,14 @@ def _index(pool: ConnectionPool, embedder: FakeEmbedder) -> None:
             vec = HalfVector(embedder.vector(f"{title}\n{text}"))
             conn.execute(
                 "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title, text,"
-                " digest, model, embedding) VALUES (%s, %s, %s, %s, %s, %s, '\\x00', 'test-model', %s)",
+                " digest, model, embedding, category_id)"
+                " VALUES (%s, %s, %s, %s, %s, %s, '\\x00', 'test-model', %s, 1)",
                 (post_id, topic_id, number, slug, title, text, vec),
             )
+        # The forum describes category 1 as public (backfill.categories): its posts may be cited.
+        conn.execute(
+            "INSERT INTO categories (category_id, read_restricted, seen_by) VALUES (1, false, 'test')"
+        )
 
 
 def build_world(

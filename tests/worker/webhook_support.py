@@ -22,6 +22,8 @@ class FakeIntake:
     to_confirm: list[tuple[int, int]] = field(default_factory=list)  # (post id, reply_to_post_number)
     posts: list[tuple[int, str]] = field(default_factory=list)
     topics: list[tuple[int, str]] = field(default_factory=list)
+    categories: list[tuple[int, str]] = field(default_factory=list)
+    delayed: list[tuple[int, str, float]] = field(default_factory=list)  # (post id, event, delay s)
     fail_with: Exception | None = None
 
     def question(self, post_id: int, topic_id: int, version: int, reply_to: int | None = None) -> None:
@@ -31,11 +33,17 @@ class FakeIntake:
         if reply_to is not None:
             self.to_confirm.append((post_id, reply_to))
 
-    def refresh_post(self, post_id: int, event: str) -> None:
-        self.posts.append((post_id, event))
+    def refresh_post(self, post_id: int, event: str, delay_s: float = 0.0) -> None:
+        if delay_s:
+            self.delayed.append((post_id, event, delay_s))
+        else:
+            self.posts.append((post_id, event))
 
     def refresh_topic(self, topic_id: int, event: str) -> None:
         self.topics.append((topic_id, event))
+
+    def refresh_category(self, category_id: int, event: str) -> None:
+        self.categories.append((category_id, event))
 
     def outbox(self) -> contextlib.AbstractContextManager[list[RedisCommand]]:
         return contextlib.nullcontext([])

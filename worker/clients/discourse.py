@@ -26,12 +26,14 @@ import httpx
 from worker.budget import ApiBudget, Priority
 from worker.clients import http as outbound
 from worker.domain import (
+    ForumCategory,
     ForumPost,
     ForumTopic,
     Member,
     Notification,
     PendingPost,
     SearchHit,
+    TagGroup,
     optional_int,
 )
 from worker.errors import CitebotError, PermanentError, RateLimitedError
@@ -211,6 +213,37 @@ class DiscourseClient:
                 )
             )
         return out
+
+    def get_category(self, category_id: int) -> ForumCategory:
+        """``GET /c/{id}/show.json`` (CategoriesController#show, CategorySerializer): one category, with
+        ``read_restricted``; 404 when the forum has no such category (or will not show it)."""
+        data = self._request("GET", f"/c/{int(category_id)}/show.json")
+        category = data.get("category")
+        if not isinstance(category, Mapping) or "id" not in category:
+            raise PermanentError(f"GET /c/{int(category_id)}/show.json: no category", service=SERVICE)
+        return ForumCategory.from_json(category)
+
+    def get_site_categories(self) -> tuple[ForumCategory, ...]:
+        """``GET /site.json``'s categories: those the API user may see; with lazy-loaded categories only
+        its sidebar's and their parents (a partial list)."""
+        data = self._request("GET", "/site.json")
+        return tuple(ForumCategory.from_json(c) for c in data.get("categories") or [] if "id" in c)
+
+    def get_tag_groups(self) -> tuple[TagGroup, ...]:
+        """``GET /tag_groups.json`` (staff): the tag groups and who may see their tags."""
+        return TagGroup.all_from_json(self._request("GET", "/tag_groups.json"))
+
+    def get_web_hooks(self) -> list[dict[str, Any]]:
+        """``GET /admin/api/web_hooks.json`` (admin; Admin::WebHooksController#index): the forum's
+        webhooks as AdminWebHookSerializer shows them, every page (50 a page)."""
+        hooks: list[dict[str, Any]] = []
+        while True:
+            data = self._request("GET", "/admin/api/web_hooks.json", params={"offset": len(hooks)})
+            page = [h for h in data.get("web_hooks") or [] if isinstance(h, dict)]
+            hooks.extend(page)
+            total = optional_int(data.get("total_rows_web_hooks"))
+            if not page or total is None or len(hooks) >= total:
+                return hooks
 
     # -- writes --------------------------------------------------------------------------------
 

@@ -27,6 +27,12 @@ def register(group: argparse.ArgumentParser) -> None:
         "--database-url-source", metavar="URL", help="read-only Discourse PostgreSQL replica (--source db)"
     )
     group.add_argument(
+        "--public-export",
+        action="store_true",
+        help="the export was taken as an anonymous reader: record the categories its topics carry (and "
+        "its categories.json does not describe) as public, so that their posts may be cited (--source file)",
+    )
+    group.add_argument(
         "--reindex",
         action="store_true",
         help="empty the index and rebuild it with the configured model and dimension",
@@ -89,9 +95,10 @@ def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
     from worker.actors import declare_actors, enqueue_only
     from worker.broker import build_broker
 
-    if args.reindex or args.limit is not None:
+    if args.reindex or args.limit is not None or args.public_export:
         print(
-            "citebot: --enqueue runs a plain incremental backfill (no --reindex or --limit)", file=sys.stderr
+            "citebot: --enqueue runs a plain incremental backfill (no --reindex, --limit or --public-export)",
+            file=sys.stderr,
         )
         return 2
 

@@ -73,7 +73,13 @@ def _run(args: argparse.Namespace) -> int:
     rt = runtime()
     if metrics_port:
         _register_backlog(rt)
-    declare_actors(broker, runtime, settings.limits)
+    actors = declare_actors(broker, runtime, settings.limits)
+    # The forum's webhooks send every event the index follows? Warned here, never fatal.
+    from worker.webhook_check import check_webhook_events
+
+    check_webhook_events(rt.forum.at("background").get_web_hooks)
+    # Categories created or changed while no worker ran are recorded before questions need them.
+    actors.sync_categories.send()
     worker = dramatiq.Worker(
         broker,
         queues=set(args.queues) if args.queues else None,

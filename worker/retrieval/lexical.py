@@ -100,8 +100,7 @@ WITH terms AS (
     SELECT p.post_id, p.lexical
     FROM post_index p
     WHERE p.lexical @@ %(any)s::tsquery
-      AND (p.category_id IS NULL
-           OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+      AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
       AND p.post_id <> ALL(%(exclude)s::bigint[])
 ), scored AS (
     SELECT h.post_id, sum(t.idf * ts_rank(%(weights)s::float4[], h.lexical, t.q, 1)) AS score

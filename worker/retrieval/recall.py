@@ -7,10 +7,11 @@ the same eligibility filter inside the index scan, with the same iterative scan.
 
 The query is ``ORDER BY embedding <=> $1 LIMIT k`` with exactly the index's expression
 (``halfvec_cosine_ops``), the vector passed as a ``HalfVector``. Eligibility is re-checked at query
-time: a category listed in ``restricted_categories`` now is excluded even if its posts were indexed
-before it became restricted. The filter is applied after the index scan, so pgvector 0.8's iterative
-scan keeps scanning until ``k`` rows pass it (``relaxed_order``, then re-sorted by distance outside a
-materialized CTE, as pgvector's documentation recommends).
+time, fail closed: a post is eligible only while its category is in ``citable_categories`` (recorded
+as public by the forum, with its ancestors: ``backfill.categories``), so a category made private, or
+never described, is excluded even if its posts were indexed before. The filter is applied after the
+index scan, so pgvector 0.8's iterative scan keeps scanning until ``k`` rows pass it (``relaxed_order``,
+then re-sorted by distance outside a materialized CTE, as pgvector's documentation recommends).
 
 Each read is one statement on the wire. A recall on an idle connection runs in autocommit (a single
 SELECT is its own transaction, with the same snapshot as inside BEGIN … COMMIT), so no ``BEGIN`` and
@@ -48,16 +49,17 @@ log = logging.getLogger(__name__)
 
 ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection]]
 
-# Eligible now: not in a category that is read-restricted at query time. The ARRAY(...) sub-select is
-# an InitPlan evaluated once, so the condition stays a plain filter on the HNSW index scan. The SQL is
-# spelled out in full (no string building) so that what runs is what you read.
+# Eligible now: in a category the forum has described as public (the allow-list, read at query time).
+# The ARRAY(...) sub-select is an InitPlan evaluated once, so the condition stays a plain filter on the
+# HNSW index scan; `category_id + 0` keeps the planner off the category b-tree, whose `= ANY(...)`
+# scan plus a sort would replace the ordered HNSW scan (and its iterative scan). The same condition
+# is spelled out in every eligibility query (lexical, threads): what runs is what you read.
 RECALL_SQL = """
 WITH nearest AS MATERIALIZED (
     SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id,
            p.embedding <=> %(q)s AS distance
     FROM post_index p
-    WHERE (p.category_id IS NULL
-           OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+    WHERE p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
       AND p.post_id <> ALL(%(exclude)s::bigint[])
     ORDER BY p.embedding <=> %(q)s
     LIMIT %(k)s
@@ -75,8 +77,7 @@ WITH candidates AS MATERIALIZED (
     SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id,
            p.embedding <=> %(q)s AS distance
     FROM post_index p
-    WHERE (p.category_id IS NULL
-           OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+    WHERE p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
       AND p.post_id <> ALL(%(exclude)s::bigint[])
     ORDER BY binary_quantize(p.embedding)::bit({dimension}) <~> binary_quantize(%(q)s)
     LIMIT %(n)s
@@ -88,8 +89,7 @@ POSTS_SQL = """
 SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id
 FROM post_index p
 WHERE p.post_id = ANY(%s::bigint[])
-  AND (p.category_id IS NULL
-       OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+  AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
 """
 
 # Topics with at least one post the index holds as citable now: the legacy path's hits (Discourse
@@ -98,16 +98,14 @@ CITABLE_TOPICS_SQL = """
 SELECT DISTINCT p.topic_id
 FROM post_index p
 WHERE p.topic_id = ANY(%s::bigint[])
-  AND (p.category_id IS NULL
-       OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+  AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
 """
 
 NEIGHBOURS_SQL = """
 SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id
 FROM post_index p
 WHERE p.topic_id = %s AND p.post_number BETWEEN %s AND %s AND p.post_number <> %s
-  AND (p.category_id IS NULL
-       OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+  AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
 ORDER BY p.post_number
 """
 
@@ -160,8 +158,8 @@ class PostIndex(Protocol):
         """The topics among ``topic_ids`` with at least one eligible indexed post (legacy hits)."""
         ...
 
-    def restricted_categories(self) -> frozenset[int]:
-        """The categories recall excludes now."""
+    def citable_categories(self) -> frozenset[int]:
+        """The categories recall reads now (every other category is excluded)."""
         ...
 
     def neighbours(self, topic_id: int, post_number: int, n: int) -> list[Candidate]:
@@ -307,9 +305,9 @@ class PostgresPostIndex:
             rows = conn.execute(CITABLE_TOPICS_SQL, (list(topic_ids),)).fetchall()
         return frozenset(int(r[0]) for r in rows)
 
-    def restricted_categories(self) -> frozenset[int]:
+    def citable_categories(self) -> frozenset[int]:
         with self._statement() as conn:
-            rows = conn.execute("SELECT category_id FROM restricted_categories").fetchall()
+            rows = conn.execute("SELECT category_id FROM citable_categories").fetchall()
         return frozenset(int(r[0]) for r in rows)
 
     def neighbours(self, topic_id: int, post_number: int, n: int) -> list[Candidate]:

@@ -58,8 +58,7 @@ FROM topic t
 JOIN post_index p USING (post_id)
 LEFT JOIN asker a ON a.topic_id = t.topic_id
 LEFT JOIN asker_replied r ON r.topic_id = t.topic_id AND r.post_number = t.post_number
-WHERE (p.category_id IS NULL
-       OR p.category_id <> ALL(ARRAY(SELECT category_id FROM restricted_categories)))
+WHERE p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
   AND p.post_id <> ALL(%(exclude)s::bigint[])
 ORDER BY p.topic_id, p.post_number
 """

@@ -19,7 +19,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from worker.domain import ForumPost, ForumTopic, Member, Notification, NotificationKind, SearchHit
+from worker.domain import (
+    ForumCategory,
+    ForumPost,
+    ForumTopic,
+    Member,
+    Notification,
+    NotificationKind,
+    SearchHit,
+    TagGroup,
+)
 from worker.errors import CitebotError, NotFoundError
 
 _WORD = re.compile(r"\w{3,}")
@@ -53,6 +62,15 @@ class FakeForum:
         self.user_reads: list[int | str] = []
         self.topic_reads: list[int] = []
         self.bot_is_staff = True
+        # What /c/{id}/show.json and /site.json say; a category missing here is a 404. Categories 1 and
+        # 10 (the defaults of the tests' topics) are public. ``site_lists`` limits /site.json to some.
+        self.categories: dict[int, ForumCategory] = {
+            1: ForumCategory(1, "General", False),
+            10: ForumCategory(10, "Support", False),
+        }
+        self.site_lists: set[int] | None = None
+        self.tag_groups: list[TagGroup] = []
+        self.calls: list[str] = []
         self._ids = itertools.count(100_000)
 
     def add_topic(self, topic_id: int, title: str, slug: str, category_id: int | None = 1) -> None:
@@ -212,6 +230,22 @@ class FakeForum:
             if member.username.lower() == username.lower():
                 return replace(member, silenced=False, staged=False, complete=False)
         raise NotFoundError(f"user {username}", service="discourse", status=404)
+
+    def get_category(self, category_id: int) -> ForumCategory:
+        self.calls.append(f"category {category_id}")
+        if category_id not in self.categories:
+            raise NotFoundError(f"category {category_id}", service="discourse", status=404)
+        return self.categories[category_id]
+
+    def get_site_categories(self) -> tuple[ForumCategory, ...]:
+        self.calls.append("site")
+        return tuple(
+            c for cid, c in self.categories.items() if self.site_lists is None or cid in self.site_lists
+        )
+
+    def get_tag_groups(self) -> tuple[TagGroup, ...]:
+        self.calls.append("tag_groups")
+        return tuple(self.tag_groups)
 
     def get_site_settings(self, names: Sequence[str]) -> dict[str, object]:
         if self.fail_settings is not None:

@@ -5,7 +5,8 @@
 (``PostsController#show``/``#by_number`` → ``find_post_using``), ``GET /posts.json``
 (``PostsController#latest``), ``GET /site.json`` (``Site#categories``), ``GET /search.json``
 (``Search#posts_query``), ``GET /notifications.json``, ``GET /u/{username}.json``
-(``UsersController#show``).
+(``UsersController#show``), ``GET /c/{id}/show.json`` (``CategoriesController#show``), ``GET
+/tag_groups.json`` (``TagGroupsController#index``).
 """
 
 from __future__ import annotations
@@ -226,7 +227,37 @@ def read_routes(forum: ForumApp) -> list[Route]:
         body = user_json(target, viewer=guardian, custom_group_ids=ids)
         return JSONResponse({"user_badges": [], "user": body})
 
+    async def show_category(request: Request) -> Response:
+        """``GET /c/{id}/show.json`` (``CategoriesController#show``): ``{"category": CategorySerializer}``;
+        404 for a category the forum lacks, 403 for one the caller may not see (``ensure_can_see!``)."""
+        seen = await viewer(request)
+        if isinstance(seen, Response):
+            return seen
+        _, guardian = seen
+        category = guardian.categories.get(int(request.path_params["category_id"]))
+        if category is None:
+            return not_found()
+        if not guardian.can_see_category(category.id):
+            return invalid_access()
+        return JSONResponse({"category": category_json(category, editable=guardian.can_edit_category())})
+
+    async def tag_groups(request: Request) -> Response:
+        """``GET /tag_groups.json`` (``TagGroupsController#index``, staff only): the staff-only tags as one
+        group whose permissions name staff (group 3), as ``TagGroupSerializer`` shows it."""
+        seen = await viewer(request)
+        if isinstance(seen, Response):
+            return seen
+        _, guardian = seen
+        if not guardian.is_staff:
+            return invalid_access()
+        tags = [{"id": i, "name": t, "slug": t} for i, t in enumerate(forum.config.staff_only_tags, 1)]
+        groups = [{"id": 1, "name": "Staff only", "tags": tags, "parent_tag": [], "one_per_topic": False,
+                   "permissions": {"3": 1}}] if tags else []  # fmt: skip
+        return JSONResponse({"tag_groups": groups})
+
     return [
+        Route("/c/{category_id:int}/show.json", wrap(show_category), methods=["GET"]),
+        Route("/tag_groups.json", wrap(tag_groups), methods=["GET"]),
         Route("/t/{topic_id:int}.json", wrap(get_topic), methods=["GET"]),
         Route("/t/{slug}/{topic_id:int}.json", wrap(get_topic), methods=["GET"]),
         Route("/t/{topic_id:int}/posts.json", wrap(get_topic_posts), methods=["GET"]),

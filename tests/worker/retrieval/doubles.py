@@ -66,6 +66,18 @@ class CannedSearch(KeywordSearch):
         return list(self.results.get(query, self.default))[:limit]
 
 
+PUBLIC_CATEGORY = 1
+
+
+def describe_category(conn: psycopg.Connection, category_id: int, *, restricted: bool = False) -> None:
+    """Record what the forum says of a category (``backfill.categories``): public, or restricted."""
+    conn.execute(
+        "INSERT INTO categories (category_id, read_restricted, seen_by) VALUES (%s, %s, 'test')"
+        " ON CONFLICT (category_id) DO UPDATE SET read_restricted = EXCLUDED.read_restricted",
+        (category_id, restricted),
+    )
+
+
 def insert_post(
     conn: psycopg.Connection,
     post_id: int,
@@ -73,15 +85,22 @@ def insert_post(
     *,
     topic_id: int | None = None,
     post_number: int = 1,
-    category_id: int | None = None,
+    category_id: int | None = PUBLIC_CATEGORY,
     title: str | None = None,
     text: str | None = None,
     model: str = "test-model",
     username: str | None = None,
     reply_to: int | None = None,
 ) -> None:
-    """One row of post_index, as the backfill writes it (title, blank line, body)."""
+    """One row of post_index, as the backfill writes it (title, blank line, body); its category is
+    recorded as public unless the forum already described it."""
     topic = topic_id if topic_id is not None else post_id
+    if category_id is not None:
+        conn.execute(
+            "INSERT INTO categories (category_id, read_restricted, seen_by) VALUES (%s, false, 'test')"
+            " ON CONFLICT (category_id) DO NOTHING",
+            (category_id,),
+        )
     title = title if title is not None else f"Topic {topic}"
     body = text if text is not None else f"body of post {post_id}"
     conn.execute(

@@ -19,7 +19,7 @@ from eval.evaluation.datasets import URHO3D
 from eval.stack.postgres import drop_database, ensure_database
 from tests.conftest import make_settings
 from tests.services import unavailable
-from tests.worker.retrieval.doubles import CannedSearch, insert_post
+from tests.worker.retrieval.doubles import CannedSearch, describe_category, insert_post
 from worker.db.migrate import migrate
 from worker.domain import EmbedKind
 from worker.html_text import html_to_text
@@ -151,11 +151,11 @@ def test_restricting_the_gold_category_hides_it_at_query_time(
     assert row is not None
     category = row[0]
     with retriever(conn, sample["embedder"]) as r:
-        conn.execute("INSERT INTO restricted_categories (category_id) VALUES (%s)", (category,))
+        describe_category(conn, category, restricted=True)
         try:
             result = r.retrieve(q["question"], exclude_post_ids=q["exclude_post_ids"], use_keyword=False)
         finally:
-            conn.execute("DELETE FROM restricted_categories")
+            describe_category(conn, category)
     eligible = conn.execute(
         "SELECT count(*) FROM post_index WHERE category_id IS DISTINCT FROM %s AND post_id <> ALL(%s)",
         (category, q["exclude_post_ids"]),

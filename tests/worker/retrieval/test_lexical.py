@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from tests.worker.retrieval.doubles import angle_vector, insert_post
+from tests.worker.retrieval.doubles import angle_vector, describe_category, insert_post
 from worker.retrieval.lexical import (
     LexemeStats,
     PostgresLexicalIndex,
@@ -93,7 +93,7 @@ def test_search_ranks_title_hits_first_and_skips_excluded_and_restricted(conn: p
     again = index.scores(result.terms, [2, 4, 5])
     assert again[2] == pytest.approx(result.candidates[0].lexical or 0.0)
     assert 4 not in again
-    conn.execute("INSERT INTO restricted_categories (category_id) VALUES (7)")
+    describe_category(conn, 7, restricted=True)
     conn.execute("UPDATE post_index SET category_id = 7 WHERE post_id = 2")
     assert 2 not in [c.post_id for c in index.search("shadow acne depth bias", 10).candidates]
 

@@ -13,6 +13,7 @@ from pgvector.psycopg import register_vector
 from tests.worker.retrieval.doubles import (
     CannedSearch,
     angle_vector,
+    describe_category,
     hit,
     insert_post,
 )
@@ -90,7 +91,7 @@ def test_keyword_hits_are_fused_given_their_indexed_text_and_dropped_when_not_in
 ) -> None:
     fill(conn)
     insert_post(conn, 99, angle_vector(179), topic_id=9, text="far away in vector space, found by words")
-    conn.execute("INSERT INTO restricted_categories VALUES (77)")
+    describe_category(conn, 77, restricted=True)
     s = settings()
     search = CannedSearch(
         default=[hit(99, 9), hit(31, 3), hit(555, 55, category_id=77), hit(556, 56, category_id=8)]

@@ -16,6 +16,7 @@ from pgvector.psycopg import register_vector
 
 from backfill.hnsw import build_index, drop_index, index_state
 from tests.conftest import make_settings
+from tests.worker.retrieval.doubles import describe_category
 from worker.db.meta import read_index_meta
 from worker.db.migrate import migrate
 from worker.errors import IndexMismatchError
@@ -62,6 +63,8 @@ def binary_db(empty_db_url: str) -> tuple[str, np.ndarray, np.ndarray]:
             for i, (v, c) in enumerate(zip(vectors, cats, strict=True), start=1):
                 copy.write_row((i, i, 1, "s", "t", int(c), "x", b"\0", "test-model", HalfVector(v)))
         conn.execute("ANALYZE post_index")
+        describe_category(conn, 2)
+        describe_category(conn, RESTRICTED)
     return empty_db_url, vectors, cats
 
 
@@ -116,7 +119,7 @@ def test_binary_recall_finds_the_exact_eligible_neighbours(
     with psycopg.connect(url, autocommit=True) as conn:
         register_vector(conn)
         conn.execute("SET enable_seqscan = off")
-        conn.execute("INSERT INTO restricted_categories (category_id) VALUES (%s)", (RESTRICTED,))
+        describe_category(conn, RESTRICTED, restricted=True)
         index = _index(conn, binary_candidates=300)
         overlaps = []
         for seed in range(10):
@@ -142,7 +145,7 @@ def test_binary_recall_keeps_the_iterative_scan(binary_db: tuple[str, np.ndarray
     with psycopg.connect(url, autocommit=True) as conn:
         register_vector(conn)
         conn.execute("SET enable_seqscan = off")
-        conn.execute("INSERT INTO restricted_categories (category_id) VALUES (%s)", (RESTRICTED,))
+        describe_category(conn, RESTRICTED, restricted=True)
         q = _query(3)
         # 30 candidates, ~40 % restricted: without the iterative scan fewer than 25 pass the filter.
         off = _index(conn, recall_k=25, binary_candidates=30, iterative_scan="off").recall(q, 25)
@@ -151,7 +154,7 @@ def test_binary_recall_keeps_the_iterative_scan(binary_db: tuple[str, np.ndarray
         assert len(relaxed) == 25
         assert all(cats[c.post_id - 1] != RESTRICTED for c in relaxed)
         # A category restricted after indexing vanishes at once.
-        conn.execute("INSERT INTO restricted_categories (category_id) VALUES (2)")
+        describe_category(conn, 2, restricted=True)
         assert _index(conn).recall(q, 25) == []
         # The session holds the last recall's knobs: ef_search = its 200 candidates.
         assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("200",)

@@ -13,7 +13,7 @@ from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 from psycopg.pq import TransactionStatus
 
-from tests.worker.retrieval.doubles import angle_vector, insert_post, round_trips, unit
+from tests.worker.retrieval.doubles import angle_vector, describe_category, insert_post, round_trips, unit
 from worker.errors import IndexMismatchError, ServiceUnavailableError
 from worker.retrieval.keyword import PostgresTermStats
 from worker.retrieval.recall import RECALL_SQL, ConnectionSource, PostgresPostIndex, single_connection
@@ -58,17 +58,36 @@ def test_recall_orders_by_cosine_and_reports_it(conn: psycopg.Connection) -> Non
 
 def test_restricted_category_is_excluded_at_query_time(conn: psycopg.Connection) -> None:
     insert_post(conn, 1, angle_vector(1), category_id=5)
-    insert_post(conn, 2, angle_vector(2), category_id=None)
-    insert_post(conn, 3, angle_vector(3), category_id=6)
+    insert_post(conn, 2, angle_vector(2), category_id=6)
+    insert_post(conn, 3, angle_vector(3), category_id=7)
     index = index_over(conn)
     assert [c.post_id for c in index.recall(angle_vector(0), 3)] == [1, 2, 3]
     # The category became restricted after its posts were indexed: they vanish at once.
-    conn.execute("INSERT INTO restricted_categories (category_id) VALUES (5)")
+    describe_category(conn, 5, restricted=True)
     assert [c.post_id for c in index.recall(angle_vector(0), 3)] == [2, 3]
     assert index.posts([1, 2]).keys() == {2}
-    assert index.restricted_categories() == frozenset({5})
-    conn.execute("DELETE FROM restricted_categories")
+    assert index.citable_categories() == frozenset({6, 7})
+    describe_category(conn, 5)
     assert [c.post_id for c in index.recall(angle_vector(0), 3)] == [1, 2, 3]
+
+
+def test_only_categories_the_forum_described_as_public_are_recalled(conn: psycopg.Connection) -> None:
+    """Fail closed: an undescribed category, a category with no parent row, a subcategory of a
+    restricted category and a post without category are never recalled."""
+    insert_post(conn, 1, angle_vector(1), category_id=5)
+    insert_post(conn, 2, angle_vector(2), category_id=None)
+    insert_post(conn, 3, angle_vector(3), category_id=8)
+    insert_post(conn, 4, angle_vector(4), category_id=9)
+    conn.execute("DELETE FROM categories WHERE category_id = 8")  # never described
+    conn.execute("UPDATE categories SET parent_category_id = 10 WHERE category_id = 9")  # parent unknown
+    index = index_over(conn)
+    assert [c.post_id for c in index.recall(angle_vector(0), 4)] == [1]
+    describe_category(conn, 10)
+    assert [c.post_id for c in index.recall(angle_vector(0), 4)] == [1, 4]
+    conn.execute("UPDATE categories SET parent_category_id = 11 WHERE category_id = 10")
+    describe_category(conn, 11, restricted=True)  # the grandparent is restricted
+    assert [c.post_id for c in index.recall(angle_vector(0), 4)] == [1]
+    assert index.posts([1, 2, 3, 4]).keys() == {1}
 
 
 def test_exclude_post_ids(conn: psycopg.Connection) -> None:
@@ -98,13 +117,15 @@ def fill_random(conn: psycopg.Connection, n: int, restricted_share: float) -> np
 
 def test_filtered_queries_still_return_k_rows(conn: psycopg.Connection) -> None:
     cats = fill_random(conn, 2000, restricted_share=0.7)
-    conn.execute("INSERT INTO restricted_categories (category_id) VALUES (1)")
+    describe_category(conn, 1, restricted=True)
+    describe_category(conn, 2)
     source = hnsw_only(conn)
     query = unit([1, 0.5, -0.2, 0.1, 0, 0.3, -0.4, 0.2])
     plan = "\n".join(
         r[0] for r in conn.execute("EXPLAIN " + RECALL_SQL, {"q": HalfVector(query), "k": 25, "exclude": []})
     )
     assert "post_index_embedding_hnsw" in plan
+    assert "post_index_category_idx" not in plan  # the allow-list stays a filter of the ordered scan
 
     settings = {"ef_search": 40, "max_scan_tuples": 20000}
     relaxed = PostgresPostIndex(

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from tests.worker.retrieval.doubles import angle_vector, insert_post
+from tests.worker.retrieval.doubles import angle_vector, describe_category, insert_post
 from worker.retrieval.lexical import PostgresLexicalIndex
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
@@ -80,7 +80,7 @@ def test_excluded_posts_are_left_out_but_keep_the_facts_of_the_others(conn: psyc
 def test_restricted_categories_are_left_out(conn: psycopg.Connection) -> None:
     insert_post(conn, 91, angle_vector(0), topic_id=9, post_number=1, category_id=5, username="x")
     insert_post(conn, 92, angle_vector(0), topic_id=9, post_number=2, category_id=5, username="y")
-    conn.execute("INSERT INTO restricted_categories (category_id) VALUES (5)")
+    describe_category(conn, 5, restricted=True)
     assert PostgresThreadIndex(single_connection(conn)).posts_of(angle_vector(0), [9]).posts == ()
 
 

@@ -1,0 +1,108 @@
+"""The Discourse webhook events citebot reads, the bodies they carry, and those an admin must enable.
+
+Discourse names each delivery twice: ``X-Discourse-Event-Type`` is the object (``post``, ``topic``,
+``category``, ``reviewable``; the body's one key) and ``X-Discourse-Event`` the event
+(app/jobs/regular/emit_web_hook_event.rb). Neither header is signed; the body is, and it decides what
+a delivery queues (worker/webhook.py): a header only picks the body's shape, and a body of another shape
+is refused (400).
+
+What each event does to the index (config/initializers/012-web_hook_events.rb says when Discourse sends
+them):
+
+- ``post_*``: the post is re-read. A post whose ``action_code`` is ``split_topic`` is the note
+  ``PostMover`` leaves in a topic whose posts it moved away (app/models/post_mover.rb,
+  ``create_moderator_post_in_original_topic``, created through ``Topic#add_moderator_post`` and
+  ``PostCreator``, hence a ``post_created``): that topic is re-read too, and the moved posts followed.
+  Moving sends no post event for the moved posts themselves;
+- ``topic_created``, ``topic_edited``, ``topic_destroyed``, ``topic_recovered`` and every
+  ``topic_<status>_status_updated`` (``visible``: listed/unlisted, ``closed``, ``archived``, ``pinned``;
+  ``Topic#update_status`` through ``TopicStatusUpdater``): the topic is re-read. A new topic may be the
+  destination of moved posts;
+- ``category_created``, ``category_updated``, ``category_destroyed`` (``HasDestroyedWebHook``): the
+  category is re-read (``GET /c/{id}/show.json``) and recorded (backfill/categories.py);
+- ``reviewable_*`` about a post (``ReviewableFlaggedPost``: the body's ``post_id``, ReviewableSerializer's
+  name for a ``Post`` target): hiding a post by flags (``Post#hide!``, app/models/post.rb) sends no
+  ``post_edited``, only these. The post is re-read at once and again ``REVIEWABLE_RECHECK_S`` later:
+  ``PostActionCreator`` emits the reviewable event before ``auto_hide_if_needed`` hides the post.
+
+An admin enables event *types* on the webhook (``WebHookEventType``, db/fixtures/007_web_hook_event_types.rb).
+The ``topic_*_status_updated`` events are delivered under ``topic_edited``, and
+``reviewable_score_updated`` / ``reviewable_transitioned_to`` under ``reviewable_updated``
+(``WebHook::EVENT_NAME_TO_EVENT_TYPE_MAP``, app/models/web_hook.rb).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
+
+POST_EVENTS = frozenset({"post_created", "post_edited", "post_destroyed", "post_recovered"})
+TOPIC_EVENTS = frozenset({"topic_created", "topic_edited", "topic_destroyed", "topic_recovered"})
+# Anchored and without nested repetition: linear in the header's length (tests/test_regex_budget.py).
+TOPIC_STATUS_EVENT = re.compile(r"\Atopic_[a-z]{1,32}_status_updated\Z")
+CATEGORY_EVENTS = frozenset({"category_created", "category_updated", "category_destroyed"})
+REVIEWABLE_EVENTS = frozenset(
+    {"reviewable_created", "reviewable_updated", "reviewable_score_updated", "reviewable_transitioned_to"}
+)
+MOVE_ACTION_CODE = "split_topic"
+REVIEWABLE_RECHECK_S = 10.0
+
+# The WebHookEventType names an admin must tick (or send every event): what each family above needs.
+REQUIRED_EVENT_TYPES = (
+    "post_created",
+    "post_edited",
+    "post_destroyed",
+    "post_recovered",
+    "topic_created",
+    "topic_edited",
+    "topic_destroyed",
+    "topic_recovered",
+    "category_created",
+    "category_updated",
+    "category_destroyed",
+    "reviewable_created",
+    "reviewable_updated",
+)
+
+
+def family(event: str) -> str | None:
+    """``post``, ``topic``, ``category``, ``reviewable``, or None for an event citebot ignores."""
+    if event in POST_EVENTS:
+        return "post"
+    if event in TOPIC_EVENTS or TOPIC_STATUS_EVENT.match(event):
+        return "topic"
+    if event in CATEGORY_EVENTS:
+        return "category"
+    if event in REVIEWABLE_EVENTS:
+        return "reviewable"
+    return None
+
+
+class _Identified(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: Id
+
+
+class CategoryEnvelope(BaseModel):
+    """``{"category": {"id": …}}``: WebHookCategorySerializer (the rest is re-read from the forum)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    category: _Identified
+
+
+class _Reviewable(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: Id
+    type: str | None = None
+    post_id: Id | None = None  # ReviewableSerializer: "#{target_type.downcase}_id" for a Post target
+
+
+class ReviewableEnvelope(BaseModel):
+    """``{"reviewable": {...}}``: the reviewable's own serializer (ReviewableFlaggedPostSerializer …)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    reviewable: _Reviewable
