@@ -3,9 +3,12 @@ as Discourse serializes them (TagGroupSerializer), and the worker's cache of the
 
 from __future__ import annotations
 
+import pytest
+
 from backfill.tags import HiddenTags, hidden_tag_names, parse_tag_groups, public_tags
 from tests.backfill.conftest import make_post
 from worker.domain import TagGroup
+from worker.errors import AuthError, ServiceUnavailableError
 
 
 def test_current_and_older_tag_group_shapes() -> None:
@@ -50,3 +53,15 @@ def test_the_worker_reads_tag_groups_at_most_once_per_ttl() -> None:
     now[0] = 300
     hidden()
     assert len(reads) == 2
+
+
+def test_a_refusal_keeps_the_tags_and_an_outage_retries() -> None:
+    def refused() -> list[TagGroup]:
+        raise AuthError("403", service="discourse", status=403)
+
+    def down() -> list[TagGroup]:
+        raise ServiceUnavailableError("502", service="discourse")
+
+    assert HiddenTags(refused)() == frozenset()  # not staff: Discourse already filtered for it
+    with pytest.raises(ServiceUnavailableError):
+        HiddenTags(down)()
