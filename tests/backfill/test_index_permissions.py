@@ -80,7 +80,7 @@ def test_a_category_never_described_is_looked_up_once(world: World, db_url: str)
     forum, _embedder, deps = world
     forum.categories[20] = ForumCategory(20, "Created since", False)
     forum.put_topic(topic(3, 2, category_id=20))
-    assert refresh_topic(deps, 3, "topic_created").embedded == 2
+    assert refresh_topic(deps, 3, "topic_edited").embedded == 2
     assert recorded_categories(db_url)[20] == ("Created since", False)
     assert 20 in citable(db_url)
     refresh_post(deps, 302, "post_edited")
@@ -90,7 +90,7 @@ def test_a_category_never_described_is_looked_up_once(world: World, db_url: str)
 def test_a_category_the_forum_will_not_show_is_restricted(world: World, db_url: str) -> None:
     forum, _embedder, deps = world
     forum.put_topic(topic(3, 2, category_id=21))  # 404 on /c/21/show.json
-    result = refresh_topic(deps, 3, "topic_created")
+    result = refresh_topic(deps, 3, "topic_edited")
     assert (result.embedded, result.removed) == (0, 0)
     assert not {301, 302} & set(rows(db_url))
     assert 21 not in recorded_categories(db_url)
@@ -100,7 +100,7 @@ def test_a_category_made_private_leaves_the_index_with_its_subcategories(world: 
     forum, _embedder, deps = world
     forum.categories[30] = ForumCategory(30, "Sub", False, parent_id=10)
     forum.put_topic(topic(3, 2, category_id=30))
-    refresh_topic(deps, 3, "topic_created")
+    refresh_topic(deps, 3, "topic_edited")
     assert {101, 301} <= set(rows(db_url))
     forum.categories[10] = ForumCategory(10, "Support", True)  # category_updated: staff only now
     assert refresh_category(deps, 10, "category_updated") == "restricted"
@@ -151,11 +151,12 @@ def test_posts_moved_away_are_followed_to_their_new_topic(world: World, db_url: 
     assert [t for call in embedder.calls for t in call.texts] == [rows(db_url)[601][2]]
 
 
-def test_a_new_private_message_drops_the_posts_moved_into_it(world: World, db_url: str) -> None:
+def test_a_topic_refresh_removes_its_ineligible_posts_wherever_recorded(world: World, db_url: str) -> None:
     forum, _embedder, deps = world
+    # A post moved into a private message, whose row still names its old topic.
     forum.put_topic(dataclasses.replace(topic(5, 0), archetype="private_message", category_id=None))
     forum.edit_post(202, topic_id=5, post_number=1)
-    assert refresh_topic(deps, 5, "topic_created").removed == 1
+    assert refresh_topic(deps, 5, "topic_edited").removed == 1
     assert 202 not in rows(db_url)
 
 
