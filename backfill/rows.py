@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
@@ -68,10 +69,10 @@ def meta_of(prepared: PreparedPost) -> Meta:
     )
 
 
-def _state(row: Sequence[object]) -> tuple[int, RowState]:
+def _state(row: Sequence[Any]) -> tuple[int, RowState]:
     meta = list(row[2:])
-    meta[5] = tuple(meta[5] or ())  # type: ignore[call-overload]  # tags: a text[] comes as a list
-    return int(row[0]), RowState(bytes(row[1]), tuple(meta))  # type: ignore[call-overload, arg-type]
+    meta[5] = tuple(meta[5] or ())  # tags: a text[] comes as a list
+    return int(row[0]), RowState(bytes(row[1]), tuple(meta))
 
 
 def states_in(conn: psycopg.Connection, lo: int, hi: int) -> dict[int, RowState]:

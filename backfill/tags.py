@@ -22,6 +22,7 @@ from typing import Any
 
 from backfill.sources import SourcePost
 from worker.domain import TagGroup
+from worker.errors import PermanentError
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,10 @@ def public_tags(post: SourcePost, hidden: frozenset[str]) -> SourcePost:
 class HiddenTags:
     """The hidden tag names, read through ``load`` at most every ``ttl_s`` seconds (thread-safe).
 
-    A failed read raises (the refresh that needed it is retried): the index never embeds a tag it
-    could not check. The first read happens on first use."""
+    A read that fails for a while (timeout, 5xx, 429) raises, and the refresh that needed it is retried:
+    the index never embeds a tag it could not check. A refusal (403: the API user is not staff, so
+    Discourse already shows it only the tags its groups may see; 404: no tag groups) counts as no hidden
+    tag, logged once per ``ttl_s``. The first read happens on first use."""
 
     def __init__(
         self,
@@ -76,6 +79,12 @@ class HiddenTags:
         with self._lock:
             now = self._clock()
             if self._value is None or now - self._at >= self.ttl_s:
-                self._value = hidden_tag_names(self._load())
+                try:
+                    self._value = hidden_tag_names(self._load())
+                except PermanentError as exc:
+                    log.warning(
+                        "cannot read the tag groups (%s): tags are kept as the API user sees them", exc
+                    )
+                    self._value = frozenset()
                 self._at = now
             return self._value

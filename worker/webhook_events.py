@@ -13,11 +13,13 @@ them):
   ``PostMover`` leaves in a topic whose posts it moved away (app/models/post_mover.rb,
   ``create_moderator_post_in_original_topic``, created through ``Topic#add_moderator_post`` and
   ``PostCreator``, hence a ``post_created``): that topic is re-read too, and the moved posts followed.
-  Moving sends no post event for the moved posts themselves;
-- ``topic_created``, ``topic_edited``, ``topic_destroyed``, ``topic_recovered`` and every
-  ``topic_<status>_status_updated`` (``visible``: listed/unlisted, ``closed``, ``archived``, ``pinned``;
-  ``Topic#update_status`` through ``TopicStatusUpdater``): the topic is re-read. A new topic may be the
-  destination of moved posts;
+  Moving sends no post event for the moved posts themselves, and no ``topic_created`` for a new
+  destination (``PostMover#to_new_topic`` calls ``Topic.create!``; only ``PostCreator`` without a
+  ``topic_id`` triggers it), so ``topic_created`` is not read: a new topic's first post arrives as
+  ``post_created``;
+- ``topic_edited``, ``topic_destroyed``, ``topic_recovered`` and every ``topic_<status>_status_updated``
+  (``visible``: listed/unlisted, ``closed``, ``archived``, ``pinned``; ``Topic#update_status`` through
+  ``TopicStatusUpdater``): the topic is re-read;
 - ``category_created``, ``category_updated``, ``category_destroyed`` (``HasDestroyedWebHook``): the
   category is re-read (``GET /c/{id}/show.json``) and recorded (backfill/categories.py);
 - ``reviewable_*`` about a post (``ReviewableFlaggedPost``: the body's ``post_id``, ReviewableSerializer's
@@ -41,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
 
 POST_EVENTS = frozenset({"post_created", "post_edited", "post_destroyed", "post_recovered"})
-TOPIC_EVENTS = frozenset({"topic_created", "topic_edited", "topic_destroyed", "topic_recovered"})
+TOPIC_EVENTS = frozenset({"topic_edited", "topic_destroyed", "topic_recovered"})
 # Anchored and without nested repetition: linear in the header's length (tests/test_regex_budget.py).
 TOPIC_STATUS_EVENT = re.compile(r"\Atopic_[a-z]{1,32}_status_updated\Z")
 CATEGORY_EVENTS = frozenset({"category_created", "category_updated", "category_destroyed"})
@@ -57,7 +59,6 @@ REQUIRED_EVENT_TYPES = (
     "post_edited",
     "post_destroyed",
     "post_recovered",
-    "topic_created",
     "topic_edited",
     "topic_destroyed",
     "topic_recovered",

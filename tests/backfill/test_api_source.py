@@ -4,8 +4,10 @@ app the e2e tests, the soak and the forum contract suite talk to, seeded with th
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -17,6 +19,7 @@ from eval.stack.forum.app import ForumApp, ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
 from eval.stack.launcher import Launcher
+from tests.backfill.conftest import recorded_categories
 from tests.eval.forum.export import write_export
 from worker.budget import ApiBudget
 from worker.errors import AuthError
@@ -54,19 +57,21 @@ class Double:
         return sum(call.path.startswith("/t/") for call in self.app.calls)
 
 
-@pytest.fixture
-def double(db_url: str, tmp_path: Path) -> Iterator[Double]:
+@contextmanager
+def serve(db_url: str, tmp_path: Path, **config: Any) -> Iterator[Double]:
+    """The double over TOPICS; ``config``: more ``ForumConfig`` fields."""
     store = ForumStore(db_url)
     load_export(store, write_export(tmp_path / "export", TOPICS))
     with Launcher(tmp_path / "logs") as launcher:
         launcher.on_stop(store.close)
-        config = ForumConfig(
+        forum = ForumConfig(
             api_key=KEY,
             categories={4: ("Support", False), 5: ("Staff", True)},
             latest_posts_page=4,
             admin_api_reqs_per_minute=10_000,
+            **config,
         )
-        app = create_forum_app(store, config)
+        app = create_forum_app(store, forum)
         launcher.on_stop(app.close)
         double = Double(app, launcher.thread(app.app, name="forum"))
         try:
@@ -76,9 +81,16 @@ def double(db_url: str, tmp_path: Path) -> Iterator[Double]:
                 client.close()
 
 
+@pytest.fixture
+def double(db_url: str, tmp_path: Path) -> Iterator[Double]:
+    with serve(db_url, tmp_path) as d:
+        yield d
+
+
 def _restricted(source: ApiSource) -> set[int]:
     listed = source.categories()
-    assert listed is not None and not listed.complete  # /site.json may be a partial list
+    assert listed is not None
+    assert not listed.complete  # /site.json may be a partial list
     return {c.id for c in listed.categories if c.read_restricted}
 
 
@@ -162,3 +174,26 @@ def test_limit_on_the_downward_walk_keeps_the_newest_posts_and_resumes_below(
     assert (first.status, ids) == ("idle", [])  # 303, 302, 301: topic 3 is restricted
     rest = run_backfill(database, make_source(double, sleeps), embedder, BackfillOptions(progress=False))
     assert (rest.resumed_from, rest.seen, rest.embedded) == (301, 6, 6)
+
+
+def test_categories_a_lazy_site_list_lacks_are_looked_up_and_staff_tags_dropped(
+    db_url: str, tmp_path: Path
+) -> None:
+    """/site.json lists only the sidebar (none here): the source asks /c/{id}/show.json for categories 4
+    and 5 (public, restricted), and /tag_groups.json hides the staff-only tag (the API user is admin)."""
+    config = {"lazy_load_categories": True, "sidebar_category_ids": (), "staff_only_tags": ("bullet",)}
+    with serve(db_url, tmp_path, **config) as double:
+        summary = run_backfill(
+            DatabaseSettings(url=db_url),  # type: ignore[call-arg]
+            make_source(double, []),
+            FakeEmbedder(model="test-model"),
+            BackfillOptions(batch_size=2, progress=False),
+        )
+        shows = sorted(c.path for c in double.app.calls if c.path.startswith("/c/"))
+    assert shows == ["/c/4/show.json", "/c/5/show.json"]  # each once
+    assert summary.reasons == {"restricted": 3}
+    assert recorded_categories(db_url) == {4: ("Support", False), 5: ("Staff", True)}
+    with psycopg.connect(db_url) as conn:
+        tags = dict(conn.execute("SELECT post_id, tags FROM post_index").fetchall())
+    assert tags[201] == []  # topic 2's "bullet" is staff only
+    assert tags[101] == ["rendering"]

@@ -71,7 +71,8 @@ def test_db_source_reads_pages_with_eligibility_decided_in_sql(discourse: str) -
         assert source.estimate(None) == 13
         assert source.estimate(10) == 3
         listed = source.categories()
-        assert listed is not None and listed.complete  # the replica's table: every category
+        assert listed is not None
+        assert listed.complete  # the replica's table: every category
         assert {c.id: (c.read_restricted, c.parent_id) for c in listed.categories} == {
             1: (False, None),
             2: (True, None),
@@ -123,7 +124,11 @@ def test_backfill_from_the_replica_indexes_only_eligible_posts(discourse: str, d
     )
     assert rows[0][2] == ["bug", "rendering", "triaged"]
     assert rows[2][1].endswith("Only raw here")
-    assert recorded_categories(db_url) == {1: ("Support", False), 2: ("Staff", True), 3: ("Staff notes", False)}
+    assert recorded_categories(db_url) == {
+        1: ("Support", False),
+        2: ("Staff", True),
+        3: ("Staff notes", False),
+    }
 
 
 def test_db_source_refuses_a_non_postgres_url() -> None:

@@ -114,6 +114,23 @@ def test_a_backfill_removes_only_what_its_own_source_no_longer_has(
     assert pruned.removed == 28
 
 
+def test_an_anonymized_author_is_rewritten_by_the_next_run_without_an_embedding(
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
+) -> None:
+    posts = corpus(8)
+    run_backfill(database, MemorySource(posts), embedder, options)
+    calls = len(embedder.calls)
+    # UserAnonymizer: the same posts, another username; their text (hence the digest) is unchanged.
+    anonymized = [dataclasses.replace(p, username="anon4417") if p.post_id % 2 else p for p in posts]
+    summary = run_backfill(database, MemorySource(anonymized), embedder, options)
+    assert (summary.embedded, summary.skipped, summary.rewritten) == (0, 8, 4)
+    assert "4 rewritten" in summary.line()
+    assert len(embedder.calls) == calls
+    with psycopg.connect(db_url) as conn:
+        names = dict(conn.execute("SELECT post_id, username FROM post_index").fetchall())
+    assert {pid for pid, name in names.items() if name == "anon4417"} == {1, 3, 5, 7}
+
+
 def test_post_moved_into_a_restricted_category_disappears_from_recall(
     database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:

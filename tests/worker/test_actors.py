@@ -211,7 +211,10 @@ def test_intake_enqueues_ids_for_questions_and_index_refreshes(
     intake.question(5, 6, 2)
     intake.refresh_post(5, "post_edited")
     intake.refresh_topic(6, "topic_edited")
+    intake.refresh_category(7, "category_updated")
+    intake.refresh_post(5, "reviewable", delay_s=10.0)  # a reviewable's second look, after the hide
     r = redis_client(redis_url)
     assert r.llen(f"{REDIS_NAMESPACE}-tasks:questions") == 1
-    assert r.llen(f"{REDIS_NAMESPACE}-tasks:index") == 2
+    assert r.llen(f"{REDIS_NAMESPACE}-tasks:index") == 3
+    assert r.llen(f"{REDIS_NAMESPACE}-tasks:index.DQ") == 1  # the delay queue
     broker.close()

@@ -232,7 +232,9 @@ def move_posts(
             row = conn.execute(
                 "INSERT INTO forum.topics (id, title, slug, category_id, archetype, user_id, created_at)"
                 " VALUES (nextval('forum.topic_ids'), %s, %s, %s, %s, %s, %s) RETURNING id",
-                (title, slugify(title), None if to_pm else category_id,
+                # Topic#ensure_topic_has_a_category: a regular topic gets Uncategorized.
+                (title, slugify(title),
+                 None if to_pm else category_id or forum.config.uncategorized_category_id,
                  PRIVATE_MESSAGE if to_pm else "regular", first["user_id"], first["created_at"]),
             ).fetchone()  # fmt: skip
             dest = _one(forum.store.topic(int(_one(row)["id"]), conn))

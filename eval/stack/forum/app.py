@@ -84,6 +84,9 @@ class ForumConfig:
     # categories (a user's own, else these: default_navigation_menu_categories) and their ancestors.
     lazy_load_categories: bool = False
     sidebar_category_ids: tuple[int, ...] = ()
+    # SiteSetting.uncategorized_category_id: a regular topic created or split off without a category
+    # is filed there (Topic#ensure_topic_has_a_category, app/models/topic.rb); seeded public.
+    uncategorized_category_id: int = 1
 
     def policy(self) -> Policy:
         return Policy(self.whispers_allowed_groups, self.hidden_post_visible_groups, self.staff_only_tags)
@@ -92,6 +95,7 @@ class ForumConfig:
         """The configured categories as rows."""
         out = []
         named = dict.fromkeys((*self.category_parents, *self.category_parents.values()), ("", False))
+        named[self.uncategorized_category_id] = ("Uncategorized", False)
         named.update(self.categories)
         for cid, (name, restricted) in sorted(named.items()):
             groups = self.category_groups.get(cid, ())

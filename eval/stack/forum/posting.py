@@ -98,6 +98,8 @@ def create_post_sync(forum: ForumApp, user: User, params: dict[str, Any], raw: s
         return _refused(USER_IS_SUSPENDED)
     archetype = "private_message" if params.get("archetype") == PRIVATE_MESSAGE else "regular"
     category_id = _int(params.get("category")) if archetype == "regular" else None
+    if archetype == "regular" and category_id is None:
+        category_id = config.uncategorized_category_id  # Topic#ensure_topic_has_a_category
     if topic_id is not None:
         if not guardian.can_create_post_on_topic(forum.store.topic(topic_id)):
             return _refused(TOPIC_NOT_FOUND)

@@ -204,15 +204,23 @@ def test_latest_posts_follow_the_callers_categories(forum: tuple[ForumApp, TestC
 def test_site_json_lists_the_categories_the_caller_may_see(make: Make) -> None:
     """app/models/site.rb ``categories``: ``can_see_serialized_category?`` for each cached category."""
     _, http = make()
+    # Uncategorized (uncategorized_category_id, 1 here) is a category like the others, public.
     visible = {c["id"] for c in http.get("/site.json").json()["categories"]}
-    assert visible == {6, 7}
+    assert visible == {1, 6, 7}
     assert {c["id"] for c in http.get("/site.json", headers=as_user("insider")).json()["categories"]} == {
+        1,
         6,
         7,
         8,
     }
     everything = http.get("/site.json", headers=as_user("citebot")).json()["categories"]
-    assert {c["id"]: c["read_restricted"] for c in everything} == {6: False, 7: False, 8: True, 9: True}
+    assert {c["id"]: c["read_restricted"] for c in everything} == {
+        1: False,
+        6: False,
+        7: False,
+        8: True,
+        9: True,
+    }
 
 
 def test_lazy_loaded_categories_are_the_sidebar_and_its_ancestors(make: Make) -> None:
@@ -614,3 +622,35 @@ def test_user_json_shows_roles_and_groups(forum: tuple[ForumApp, TestClient]) ->
     assert admin_view["silenced"] is True
     assert admin_view["silenced_till"].startswith("3000")
     assert http.get("/u/nobody-here.json").status_code == 404
+
+
+def test_a_category_is_shown_to_whoever_may_see_it(forum: tuple[ForumApp, TestClient]) -> None:
+    """app/controllers/categories_controller.rb ``show`` (``guardian.ensure_can_see!``, CategorySerializer
+    under ``category``): what the indexer reads of a category it meets for the first time."""
+    _, http = forum
+    assert http.get("/c/8/show.json").status_code == 403
+    assert http.get("/c/8/show.json", headers=as_user("insider")).json()["category"]["read_restricted"]
+    shown = http.get("/c/6/show.json").json()["category"]
+    assert (shown["id"], shown["name"], shown["read_restricted"]) == (6, "Support", False)
+    assert http.get("/c/999/show.json", headers=as_user("citebot")).status_code == 404
+
+
+def test_tag_groups_are_listed_to_staff(forum: tuple[ForumApp, TestClient]) -> None:
+    """app/controllers/tag_groups_controller.rb (``ensure_staff``) and TagGroupSerializer: the staff-only
+    tags are a group whose permissions name staff (group 3), never everyone (0)."""
+    _, http = forum
+    assert http.get("/tag_groups.json", headers=as_user("insider")).status_code == 403
+    groups = http.get("/tag_groups.json", headers=as_user("mod")).json()["tag_groups"]
+    assert [([t["name"] for t in g["tags"]], g["permissions"]) for g in groups] == [(["secret"], {"3": 1})]
+
+
+def test_a_topic_without_a_category_is_filed_under_uncategorized(forum: tuple[ForumApp, TestClient]) -> None:
+    """app/models/topic.rb ``ensure_topic_has_a_category`` (before_save): a regular topic gets
+    ``SiteSetting.uncategorized_category_id``; a PM keeps none."""
+    _, http = forum
+    made = http.post(
+        "/posts.json",
+        headers=as_user("insider"),
+        json={"title": "A topic with no category given", "raw": "Which category does this end up in?"},
+    ).json()
+    assert http.get(f"/t/{made['topic_id']}.json").json()["category_id"] == 1
