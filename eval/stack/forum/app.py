@@ -430,15 +430,6 @@ async def _params(request: Request) -> dict[str, Any]:
     return params
 
 
-def _int(value: object) -> int | None:
-    if value is None or value == "" or isinstance(value, bool):
-        return None
-    try:
-        return int(value)  # type: ignore[call-overload, no-any-return]
-    except (TypeError, ValueError):
-        return None
-
-
 def create_forum_app(store: ForumStore, config: ForumConfig | None = None) -> ForumApp:
     """The local forum over ``store`` (already loaded); ``.app`` is the ASGI application."""
     return ForumApp(store, config or ForumConfig())

@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from eval.stack.forum import actions
 from eval.stack.forum.guardian import Category, Guardian, resolve_permissions
+from eval.stack.forum.params import int_param
 from eval.stack.forum.posting import truthy
 from eval.stack.forum.serialize import (
     admin_user_json,
@@ -41,15 +42,6 @@ from eval.stack.forum.text import slugify
 
 if TYPE_CHECKING:
     from eval.stack.forum.app import ForumApp
-
-
-def _int(value: object) -> int | None:
-    if value is None or value == "" or isinstance(value, bool):
-        return None
-    try:
-        return int(value)  # type: ignore[call-overload, no-any-return]
-    except (TypeError, ValueError):
-        return None
 
 
 def emit_category(forum: ForumApp, event: str, category: Category) -> None:
@@ -122,7 +114,7 @@ def moderation_routes(forum: ForumApp) -> list[Route]:
             raw_ids = [v for k, v in params.items() if k.startswith("post_ids[")]
         ids = [
             i
-            for i in (_int(v) for v in (raw_ids if isinstance(raw_ids, list) else [raw_ids]))
+            for i in (int_param(v) for v in (raw_ids if isinstance(raw_ids, list) else [raw_ids]))
             if i is not None
         ]
         if not ids:
@@ -131,11 +123,11 @@ def moderation_routes(forum: ForumApp) -> list[Route]:
         if not guardian.can_move_posts(topic) or topic is None:
             return forbidden()
         title = params.get("title") or None
-        category_id = _int(params.get("category_id"))
+        category_id = int_param(params.get("category_id"))
         if title and category_id is not None and not guardian.can_create_topic_on_category(category_id):
             return forbidden()
         try:
-            dest_id = _int(params.get("destination_topic_id"))
+            dest_id = int_param(params.get("destination_topic_id"))
             dest, events = await run_in_threadpool(
                 lambda: actions.move_posts(
                     forum, topic, user, ids, title=title, destination_topic_id=dest_id,
@@ -192,7 +184,7 @@ def moderation_routes(forum: ForumApp) -> list[Route]:
             id=base.id if base else new_id,
             name=name.strip(),
             slug=str(params.get("slug") or (base.slug if base else slugify(name))),
-            parent_category_id=_int(parent),
+            parent_category_id=int_param(parent),
             read_restricted=read_restricted,
             permissions=permissions,
             description=params.get("description", base.description if base else None),

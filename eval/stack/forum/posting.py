@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from eval.stack.forum.guardian import PRIVATE_MESSAGE, REGULAR, WHISPER
+from eval.stack.forum.params import int_param
 from eval.stack.forum.serialize import (
     error,
     forbidden,
@@ -52,15 +53,6 @@ def _refused(*messages: str) -> JSONResponse:
     return JSONResponse({"action": "create_post", "errors": list(messages)}, status_code=422)
 
 
-def _int(value: object) -> int | None:
-    if value is None or value == "" or isinstance(value, bool):
-        return None
-    try:
-        return int(value)  # type: ignore[call-overload, no-any-return]
-    except (TypeError, ValueError):
-        return None
-
-
 def truthy(value: object) -> bool:
     """A ``"true"`` parameter (Discourse compares strings; a JSON ``true`` is taken too)."""
     return str(value).lower() == "true"
@@ -88,7 +80,7 @@ def create_post_sync(forum: ForumApp, user: User, params: dict[str, Any], raw: s
     errors = []
     if len(raw.strip()) < config.min_post_length:
         errors.append(f"Body is too short (minimum is {config.min_post_length} characters)")
-    topic_id = _int(params.get("topic_id"))
+    topic_id = int_param(params.get("topic_id"))
     title = params.get("title")
     if topic_id is None and (not isinstance(title, str) or len(title.strip()) < config.min_title_length):
         errors.append(f"Title is too short (minimum is {config.min_title_length} characters)")
@@ -97,7 +89,7 @@ def create_post_sync(forum: ForumApp, user: User, params: dict[str, Any], raw: s
     if guardian.is_suspended:
         return _refused(USER_IS_SUSPENDED)
     archetype = "private_message" if params.get("archetype") == PRIVATE_MESSAGE else "regular"
-    category_id = _int(params.get("category")) if archetype == "regular" else None
+    category_id = int_param(params.get("category")) if archetype == "regular" else None
     if archetype == "regular" and category_id is None:
         category_id = config.uncategorized_category_id  # Topic#ensure_topic_has_a_category
     if topic_id is not None:
@@ -121,7 +113,7 @@ def create_post_sync(forum: ForumApp, user: User, params: dict[str, Any], raw: s
         post = forum.store.post(existing)
         if post is not None:
             return JSONResponse(post_json(post, guardian=guardian))
-    reply_to = _int(params.get("reply_to_post_number"))
+    reply_to = int_param(params.get("reply_to_post_number"))
     recipients: list[User] = []
     with forum.store.connection() as conn, conn.transaction():
         new_topic = topic_id is None

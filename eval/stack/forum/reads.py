@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from eval.stack.forum import search as forum_search
 from eval.stack.forum.guardian import PRIVATE_MESSAGE, Guardian
+from eval.stack.forum.params import int_param
 from eval.stack.forum.serialize import (
     avatar,
     category_json,
@@ -144,7 +145,7 @@ def read_routes(forum: ForumApp) -> list[Route]:
         if isinstance(seen, Response):
             return seen
         _, guardian = seen
-        before = _int(request.query_params.get("before"))
+        before = int_param(request.query_params.get("before"))
         allowed = None if guardian.is_admin else sorted(guardian.allowed_category_ids())
         rows = await run_in_threadpool(
             lambda: forum.store.latest_posts(before, forum.config.latest_posts_page, category_ids=allowed)
@@ -273,12 +274,3 @@ def read_routes(forum: ForumApp) -> list[Route]:
         Route("/notifications.json", wrap(notifications), methods=["GET"]),
         Route("/u/{username}.json", wrap(user_profile), methods=["GET"]),
     ]
-
-
-def _int(value: object) -> int | None:
-    if value is None or value == "" or isinstance(value, bool):
-        return None
-    try:
-        return int(value)  # type: ignore[call-overload, no-any-return]
-    except (TypeError, ValueError):
-        return None
