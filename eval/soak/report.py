@@ -75,7 +75,8 @@ def reconcile(
 ) -> dict[str, Any]:
     replies = replied_posts(forum_db_url, asked)
     rows = answer_rows(db_url, [a.post_id for a in asked])
-    once = dup = unanswered = pending = apology = 0
+    once = dup = unanswered = pending = apology = silent = 0
+    non_answers: dict[str, int] = {}
     latencies: list[float] = []
     duplicates: list[int] = []
     missing: list[dict[str, Any]] = []
@@ -96,6 +97,13 @@ def reconcile(
             )
         else:
             unanswered += 1
+            if row is not None:  # decided without a reply: the reason recorded, or none (silent)
+                reason = (row.error or "").strip()
+                key = f"{row.state}: {reason[:80]}" if reason else row.state
+                non_answers[key] = non_answers.get(key, 0) + 1
+                silent += 0 if reason else 1
+            else:
+                silent += 1  # asked, and no trace of it at all
             missing.append(
                 {
                     "post_id": a.post_id,
@@ -140,6 +148,9 @@ def reconcile(
         "unanswered": unanswered,
         "pending": pending,
         "failed_with_apology": apology,
+        # not answered and no reason recorded (no row, or a final state without one): must be 0
+        "silently_unanswered": silent,
+        "non_answers": non_answers,
         "throughput_qps": round(answered / span, 3),
         "throughput_qps_per_worker": round(answered / span / max(workers, 1), 3),
         "span_s": round(span, 1),
@@ -165,12 +176,13 @@ def render(report: dict[str, Any]) -> str:
         "|---|---|",
     ]
     for key in (
-        "answered_once", "duplicates", "unanswered", "pending", "failed_with_apology",
+        "answered_once", "duplicates", "unanswered", "silently_unanswered", "pending", "failed_with_apology",
         "throughput_qps", "throughput_qps_per_worker", "span_s", "drain_s",
         "latency_p50_s", "latency_p95_s", "latency_p99_s", "latency_max_s",
     ):  # fmt: skip
         lines.append(f"| {key} | {report.get(key)} |")
     lines.append(f"| states | {report['states']} |")
+    lines.append(f"| not answered, by state and reason | {report.get('non_answers')} |")
     lines.append(f"| enqueued_by | {report['enqueued_by']} |")
     lines.append(f"| webhook relay | {report.get('relay')} |")
     lines.append(f"| forum webhook log | {report.get('forum_webhooks')} |")

@@ -4,12 +4,14 @@ reconciliation of the forum against the questions (answered once, twice, never, 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -98,7 +100,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         say(f"stack up in {time.monotonic() - started:.0f} s; asking {args.questions} questions")
         members = Members(stack, args.seed)
         members.join()
-        plan = FaultPlan(stack, args.faults, asked, args.questions)
+        extra = itertools.count(args.questions)  # questions a fault asks in its window: numbered after
+        plan = FaultPlan(
+            stack, args.faults, asked, args.questions, ask=partial(_ask_one, members, asked, extra)
+        )
         plan.start()
         ask_all(stack, members, asked, args.questions, args.rate)
         say(f"all {len(asked)} asked; waiting for the fault schedule to finish")
@@ -152,6 +157,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if members is not None:
             members.close()
         stack.down()
+
+
+def _ask_one(members: Members, asked: list[Asked], numbers: Iterator[int]) -> None:
+    asked.append(members.ask(next(numbers)))
 
 
 def crash_summary(stack: SoakStack) -> dict[str, Any]:

@@ -7,6 +7,7 @@ own database; restarting the bot's must not take the forum down with it).
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import shutil
 import signal
@@ -33,12 +34,14 @@ from eval.stack.launcher import (
 from eval.stack.postgres import ensure_database, with_database
 from eval.stack.procs import CITEBOT, Child, tail
 from eval.stack.redis import RedisServer, free_port
+from gate.intent import BENIGN, IntentLayer, exemplars_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "eval" / "data" / "urho3d-sample"
 BOT = "citebot"
 NAMESPACE = "citebot-soak"
-FLAGS = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links")
+# Every flag on: the intent layer included, so that an embedder outage exercises its fallback too.
+FLAGS = ("enabled", "posts_pipeline", "input_gate", "rerank", "post_links", "intent_layer")
 
 
 class SoakError(Exception):
@@ -114,6 +117,7 @@ class SoakStack:
         forum_pg = self.launcher.postgres(self.cache / "soak-forum-pg")
         self.forum_db_url = ensure_database(forum_pg, "citebot_soak_forum", fresh=True)
         self.redis = self._redis(self.cache / "soak" / "redis-aof", appendonly=True)
+        self.intent_path = write_intent_layer(self.cache / "soak" / f"intent-{MODEL}.json")
         self.launcher.configure(self._settings(self.redis.url))
         self.procs.env["LOCAL_FORUM_SESSION_KEY"] = self.session_key
         self.launcher.run("migrate", [*CITEBOT, "db", "migrate"])
@@ -174,6 +178,7 @@ class SoakStack:
             "reranker": {"base_url": self.models_url, "timeout_s": 10},
             "llm": {"base_url": self.models_url, "model": MODEL, "max_retries": 2, "timeout_s": 30},
             "flags": {"cache_ttl_s": 30},
+            "gate": {"intent_path": str(self.intent_path)},
             # no rate limits in a soak; retries outlive the fault windows. A row untouched longer than
             # poll_stale_after_s (above max_backoff_s) has lost its message; the poller re-sends it.
             "limits": {"per_user_per_hour": 0, "per_topic_per_hour": 0, "max_retries": o.max_retries,
@@ -279,6 +284,12 @@ class SoakStack:
             time.sleep(0.1)
         raise SoakError("the forum's fault knobs did not answer")
 
+    def forum_calls(self, path: str) -> list[tuple[float, int]]:
+        """(forum monotonic time, status) of every API request to ``path`` so far."""
+        r = self.http.get(f"{self.forum_url}/__forum/api", headers=self.admin_headers())
+        r.raise_for_status()
+        return [(float(c[0]), int(c[2])) for c in r.json()["calls"] if c[4] == path]
+
     def model_faults(self, **values: Any) -> dict[str, Any]:
         r = self.http.post(f"{self.models_url}/__faults", json=values)
         r.raise_for_status()
@@ -290,6 +301,26 @@ class SoakStack:
         r.raise_for_status()
         data: list[dict[str, Any]] = r.json()
         return data
+
+
+def write_intent_layer(path: Path) -> Path:
+    """The gate's intent layer for the soak's embedding model: the shipped exemplars embedded by the
+    model double, so that the layer really needs the embedder. Its threshold is the top of the margin
+    scale, so it never refuses a soak question; what the soak exercises is its embedding and fallback."""
+    rows = [json.loads(line) for line in exemplars_text().splitlines() if line.strip()]
+    harmful = [r for r in rows if r["label"] != BENIGN]
+    benign = [r for r in rows if r["label"] == BENIGN]
+    layer = IntentLayer(
+        model=MODEL,
+        harmful=[EMBEDDER.vector(r["text"]) for r in harmful],
+        labels=[r["label"] for r in harmful],
+        benign=[EMBEDDER.vector(r["text"]) for r in benign],
+        k=3,
+        threshold=2.0,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(layer.to_json()), "utf-8")
+    return path
 
 
 def _supervised(name: str) -> bool:

@@ -14,9 +14,10 @@ import httpx
 import psycopg
 import redis as redis_lib
 
-from eval.soak.stack import NAMESPACE, SAMPLE, SoakStack
+from eval.soak.stack import NAMESPACE, SAMPLE, SoakError, SoakStack
 
 log = logging.getLogger(__name__)
+SETTINGS_PATH = "/admin/site_settings.json"
 
 MEMBERS = 25
 TOPICS = 40
@@ -27,7 +28,9 @@ TEMPLATES = (
     "I am stuck with {t}, what did people do about it",
     "can someone explain {t} for a newcomer",
 )
-FAULT_NAMES = ("storm", "drop", "kill", "redis", "redis-nopersist", "postgres", "llm", "tei", "forum")
+FAULT_NAMES = (
+    "storm", "drop", "kill", "redis", "redis-nopersist", "postgres", "llm", "tei", "forum", "settings",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +148,16 @@ def queued_messages(redis_url: str) -> int:
 class FaultPlan:
     """Faults fired when the share of questions asked passes their mark, one at a time, in a thread."""
 
-    def __init__(self, stack: SoakStack, names: set[str], asked: list[Asked], total: int) -> None:
+    def __init__(
+        self,
+        stack: SoakStack,
+        names: set[str],
+        asked: list[Asked],
+        total: int,
+        ask: Callable[[], None] | None = None,
+    ) -> None:
         self.stack = stack
+        self.ask = ask  # asks one more question (counted in ``asked``): a fault that needs one in its window
         self.names = names
         self.asked = asked
         self.total = total
@@ -161,6 +172,7 @@ class FaultPlan:
             (0.50, "llm", self._llm),
             (0.58, "tei", self._tei),
             (0.66, "redis-nopersist", lambda: self._redis(persistent=False)),
+            (0.70, "settings", self._settings),
             (0.76, "forum", self._forum),
             (0.85, "kill", lambda: self._kill(2)),
             (0.90, "drop", lambda: self._drop(5)),
@@ -276,6 +288,67 @@ class FaultPlan:
         return (
             f"TEI 503 for 5 s, 429 for 3 s, 1.5 s slow for 4 s ({knobs['tei_failed']} calls refused so far)"
         )
+
+    def _settings(self) -> str:
+        """The site settings unreadable while the workers start: first a granular key without that
+        scope (403, ``invalid_api_credentials``), then the forum answering 500. A slow LLM first builds
+        a backlog; then every worker is killed and started again inside the window, so the questions
+        in flight meet a worker whose first settings read fails. Nothing may be decided on flags nobody
+        read: each question waits for the settings and is answered once they are back. Three more questions
+        are asked inside each window."""
+        parts = []
+        workers = range(1, self.stack.o.workers + 1)
+        for status in (403, 500):
+            self.stack.model_faults(llm_latency_ms=3000)
+            time.sleep(4)
+            self.stack.forum_faults(settings_error_status=status)
+            # The window closes on its own clock (a worker waiting at start for readable settings must
+            # not keep it open): once the forum has refused a settings read, or after 30 s at most.
+            window = threading.Thread(target=self._settings_window, args=(status,), daemon=True)
+            for index in workers:
+                self.stack.kill_worker(index)
+            self.stack.model_faults(llm_latency_ms=0)
+            window.start()
+            if self.ask is not None:  # questions asked while nothing can read the settings
+                for _ in range(3):
+                    self.ask()
+            starts = []
+            for index in workers:
+                try:
+                    self.stack.start_worker(index)
+                    starts.append(f"worker-{index} started")
+                except SoakError as exc:  # a credential error at start stops the process (supervised)
+                    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+                    starts.append(f"worker-{index} refused to start ({lines[-1][:120] if lines else '?'})")
+            window.join()
+            back = [self._wait_worker(index, 120) for index in workers]
+            parts.append(
+                f"settings {status} ({self._refused(status)} read(s) refused), every worker killed and"
+                f" started inside: {', '.join(starts)}; all running {max(back):.1f} s after"
+            )
+        return "; ".join(parts)
+
+    def _refused(self, status: int) -> int:
+        return sum(1 for _, code in self.stack.forum_calls(SETTINGS_PATH) if code == status)
+
+    def _settings_window(self, status: int, longest_s: float = 30.0) -> None:
+        """Clear the settings fault 3 s after the forum first refused a read, or after ``longest_s``."""
+        started = time.monotonic()
+        while time.monotonic() - started < longest_s and not self._refused(status):
+            time.sleep(0.25)
+        time.sleep(3.0)
+        self.stack.forum_faults(settings_error_status=0)
+
+    def _wait_worker(self, index: int, timeout_s: float) -> float:
+        """Seconds until worker ``index`` runs again (the supervisor restarts one that exited)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            with self.stack.lock:
+                child = self.stack.workers.get(index)
+            if child is not None and child.proc.poll() is None:
+                return time.monotonic() - started
+            time.sleep(0.5)
+        raise SoakError(f"worker-{index} did not come back within {timeout_s:.0f} s")
 
     def _forum(self) -> str:
         self.stack.forum_faults(errors_next=25, error_status=502, rate_limit_next=15, retry_after_s=1)

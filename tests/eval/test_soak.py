@@ -1,7 +1,8 @@
 """The reliability suite's short variant (``python -m eval.soak``, docs/reliability.md): a few dozen questions
 through the whole stack on loopback — two worker processes, the catch-up poller, the webhook app behind a
 storm relay — with one SIGKILL of a worker mid-job, a webhook storm (every delivery 1–3 times, shuffled,
-some with a forged signature) and dropped deliveries; then the forum is reconciled against the questions."""
+some with a forged signature), dropped deliveries and the site settings unreadable (403, then 500) while a
+worker starts; then the forum is reconciled against the questions."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_short_soak_one_kill_one_storm_every_question_answered_exactly_once(tmp_
         unavailable("Redis", "redis-server is not installed")
     out = tmp_path / "out"
     command = [
-        sys.executable, "-m", "eval.soak", "--questions", str(QUESTIONS), "--faults", "storm,kill,drop",
+        sys.executable, "-m", "eval.soak", "--questions", str(QUESTIONS), "--faults", "storm,kill,drop,settings",
         "--rate", "8", "--drain-timeout", "90", "--settle", "6", "--cache", str(tmp_path / "cache"),
         "--out", str(out),
     ]  # fmt: skip
@@ -66,11 +67,12 @@ def test_short_soak_one_kill_one_storm_every_question_answered_exactly_once(tmp_
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"no report (code {done.returncode}):\n{done.stderr[-3000:]}"
     report = json.loads(lines[-1])
-    assert report["questions"] == QUESTIONS
+    assert report["questions"] == QUESTIONS + 6  # the settings fault asks 3 in each of its windows
     assert report["duplicates"] == 0, report
     assert report["unanswered"] == 0, report
     assert report["pending"] == 0, report
-    assert report["answered_once"] == QUESTIONS
+    assert report["answered_once"] == report["questions"]
+    assert report["silently_unanswered"] == 0, report
     assert done.returncode == 0, done.stderr[-3000:]
     # the storm happened, and every forged delivery was refused
     relay = report["relay"]
@@ -86,6 +88,10 @@ def test_short_soak_one_kill_one_storm_every_question_answered_exactly_once(tmp_
     assert kills, report["faults"]
     assert all(f["detail"].startswith("SIGKILL") for f in kills), report["faults"]
     assert all(f["never_answered"] == 0 for f in report["faults"])
+    # the site settings were unreadable while a worker started (403, then 500): nothing was decided
+    settings = [f for f in report["faults"] if f["fault"] == "settings"]
+    assert settings and "FAILED" not in settings[0]["detail"], report["faults"]
+    assert report["states"].get("skipped", 0) == 0, report["states"]
     assert report["latency_p50_s"] > 0
     assert "generate" in report["stages"]
     assert "post" in report["stages"]

@@ -261,6 +261,12 @@ class ForumApp:
     # -- admin -----------------------------------------------------------------------------------
 
     async def site_settings(self, request: Request) -> Response:
+        failing = self.faults.settings_error_status
+        if failing == 403:
+            return invalid_access()
+        if failing:
+            page = "<html><body>Internal Server Error</body></html>"
+            return Response(page, failing, media_type="text/html")
         user = await self._user(request)
         if isinstance(user, Response):
             return user

@@ -53,7 +53,8 @@ class Delivery:
 
 @dataclass
 class Faults:
-    """Knobs for tests: API latency, the next N API calls answering 429 or 5xx, lost webhooks, and a
+    """Knobs for tests: API latency, the next N API calls answering 429 or 5xx, the site settings read
+    failing alone (``settings_error_status``), lost webhooks, and a
     review queue (``hold_for_review``: comma-separated usernames whose posts wait for a moderator, as
     Discourse does for a new account under ``approve_post_count``; staff are exempt)."""
 
@@ -65,6 +66,11 @@ class Faults:
     drop_webhooks_next: int = 0
     drop_webhooks: bool = False
     hold_for_review: str = ""
+    # ``GET /admin/site_settings.json`` alone answers this status (0: normal). 403 is what a granular API
+    # key without that route's scope gets: ``lookup_api_user`` returns nil when ``request_allowed?``
+    # fails, and ``current_user`` raises ``InvalidAccess`` with ``invalid_api_credentials``
+    # (lib/auth/default_current_user_provider.rb); 5xx is the forum restarting under the bot.
+    settings_error_status: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self, name: str) -> bool:

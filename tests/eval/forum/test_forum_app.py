@@ -333,3 +333,18 @@ def test_members_can_be_added(http: TestClient) -> None:
         "/posts.json", headers=as_user("erin"), json={"topic_id": 11, "raw": "a new member says hello"}
     )
     assert (posted.status_code, posted.json()["user_id"]) == (200, added.json()["id"])
+
+
+def test_the_site_settings_read_alone_fails_while_its_fault_is_set(http: TestClient, forum: ForumApp) -> None:
+    """``settings_error_status``: 403 as a granular key without that scope gets it (lookup_api_user
+    returns nil, ``invalid_api_credentials``), 5xx as a restarting forum; the other routes still work."""
+    client = client_for(http)
+    forum.faults.update({"settings_error_status": 403})
+    with pytest.raises(AuthError):
+        client.get_site_settings(["citebot_enabled"])
+    assert client.get_post(1001).id == 1001
+    forum.faults.update({"settings_error_status": 500})
+    with pytest.raises(ServiceUnavailableError):
+        client.get_site_settings(["citebot_enabled"])
+    forum.faults.update({"settings_error_status": 0})
+    assert "citebot_enabled" in client.get_site_settings(["citebot_enabled"])
