@@ -75,7 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in report.items() if k not in ("missing", "duplicate_post_ids")}))
     path = save(report, args.out)
     print(f"saved {path}", file=sys.stderr)
-    ok = report["duplicates"] == 0 and report["unanswered"] == 0 and report["pending"] == 0
+    ok = (
+        report["duplicates"] == 0
+        and report["unanswered"] == 0
+        and report["pending"] == 0
+        and report["silently_unanswered"] == 0
+        and not report["fault_errors"]  # a fault that could not run, or found what it checks broken
+    )
     return 0 if ok else 1
 
 

@@ -30,6 +30,7 @@ TEMPLATES = (
 )
 FAULT_NAMES = (
     "storm", "drop", "kill", "redis", "redis-nopersist", "postgres", "llm", "tei", "forum", "settings",
+    "backfill",
 )  # fmt: skip
 
 
@@ -174,6 +175,7 @@ class FaultPlan:
             (0.66, "redis-nopersist", lambda: self._redis(persistent=False)),
             (0.70, "settings", self._settings),
             (0.76, "forum", self._forum),
+            (0.80, "backfill", self._backfill),
             (0.85, "kill", lambda: self._kill(2)),
             (0.90, "drop", lambda: self._drop(5)),
         ]
@@ -349,6 +351,41 @@ class FaultPlan:
                 return time.monotonic() - started
             time.sleep(0.5)
         raise SoakError(f"worker-{index} did not come back within {timeout_s:.0f} s")
+
+    def _backfill(self, killed_after_s: float = 3.0) -> str:
+        """The scheduled API backfill SIGKILLed mid-run, then run again to its end, while members ask.
+        The vector index recall reads is sampled every 0.25 s throughout: it must never be missing or
+        invalid (an incremental run writes into the live index, it never drops it)."""
+        samples: dict[str, int] = {}
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.25):
+                state = self.stack.vector_index_state()
+                samples[state] = samples.get(state, 0) + 1
+
+        sampler = threading.Thread(target=sample, name="soak-index-sampler", daemon=True)
+        sampler.start()
+        try:
+            child = self.stack.start_backfill("backfill-killed")
+            time.sleep(killed_after_s)
+            running = child.proc.poll() is None
+            self.stack.kill_child(child)
+            after_kill = self.stack.vector_index_state()
+            started = time.monotonic()
+            self.stack.run_backfill("backfill-again")
+            again_s = time.monotonic() - started
+        finally:
+            done.set()
+            sampler.join(5)
+        bad = {state: n for state, n in samples.items() if state != "valid"}
+        if bad:
+            self.errors.append(f"backfill: the vector index was not valid in {bad} of its samples")
+        when = "mid-run" if running else "after it had finished"
+        return (
+            f"citebot backfill --source api SIGKILLed {killed_after_s:.0f} s in ({when}), index then"
+            f" {after_kill}; run again to its end in {again_s:.1f} s; index samples {samples}"
+        )
 
     def _forum(self) -> str:
         self.stack.forum_faults(errors_next=25, error_status=502, rate_limit_next=15, retry_after_s=1)

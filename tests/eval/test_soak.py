@@ -1,8 +1,8 @@
 """The reliability suite's short variant (``python -m eval.soak``, docs/reliability.md): a few dozen questions
 through the whole stack on loopback — two worker processes, the catch-up poller, the webhook app behind a
 storm relay — with one SIGKILL of a worker mid-job, a webhook storm (every delivery 1–3 times, shuffled,
-some with a forged signature), dropped deliveries and the site settings unreadable (403, then 500) while a
-worker starts; then the forum is reconciled against the questions."""
+some with a forged signature), dropped deliveries, the site settings unreadable (403, then 500) while the
+workers start, and the API backfill killed mid-run; then the forum is reconciled against the questions."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_short_soak_one_kill_one_storm_every_question_answered_exactly_once(tmp_
         unavailable("Redis", "redis-server is not installed")
     out = tmp_path / "out"
     command = [
-        sys.executable, "-m", "eval.soak", "--questions", str(QUESTIONS), "--faults", "storm,kill,drop,settings",
+        sys.executable, "-m", "eval.soak", "--questions", str(QUESTIONS), "--faults", "storm,kill,drop,settings,backfill",
         "--rate", "8", "--drain-timeout", "90", "--settle", "6", "--cache", str(tmp_path / "cache"),
         "--out", str(out),
     ]  # fmt: skip
@@ -92,6 +92,10 @@ def test_short_soak_one_kill_one_storm_every_question_answered_exactly_once(tmp_
     settings = [f for f in report["faults"] if f["fault"] == "settings"]
     assert settings and "FAILED" not in settings[0]["detail"], report["faults"]
     assert report["states"].get("skipped", 0) == 0, report["states"]
+    # the API backfill was killed mid-run and run again: the vector index stayed valid throughout
+    backfills = [f for f in report["faults"] if f["fault"] == "backfill"]
+    assert backfills and "index then valid" in backfills[0]["detail"], report["faults"]
+    assert report["fault_errors"] == [], report["fault_errors"]
     assert report["latency_p50_s"] > 0
     assert "generate" in report["stages"]
     assert "post" in report["stages"]
