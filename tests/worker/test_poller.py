@@ -80,7 +80,8 @@ def test_poll_enqueues_missed_questions_once(db_url: str, redis_url: str, redis_
         assert answers.get(conn, 101) is not None
         assert answers.get(conn, 101).enqueued_by == "poller"  # type: ignore[union-attr]
         again = run(forum, conn, r, sent)
-        assert (again.enqueued, again.answered) == (0, 2)
+        # Claimed and queued, not answered yet: in progress, not "answered".
+        assert (again.enqueued, again.in_progress, again.answered) == (0, 2, 0)
     assert len(sent) == 2
 
 
