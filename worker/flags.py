@@ -14,8 +14,8 @@ names are accepted too), ``citebot_min_trust_level`` (an enum of ``TrustLevelSet
 - before any successful read the values are not known (``FlagState.known`` is False, origin
   ``defaults``): the answer path holds the question (state ``held``) and retries it rather than decide
   on a guess; the defaults (everything off, the cautious summon rules) only fill the snapshot;
-- a refused credential (401/403) at start-up stops the worker (``check_access``), since no later read
-  can succeed;
+- a refused credential at start-up (401/403, or the 404 Discourse answers on ``/admin/`` to a wrong
+  key or a non-admin) stops the worker (``check_access``), since no later read can succeed;
 - an ``override_*`` setting (``CITEBOT_FLAGS__OVERRIDE_RERANK=false``,
   ``CITEBOT_FLAGS__OVERRIDE_MIN_TRUST_LEVEL=2``) pins a value during an incident and wins over everything.
 
@@ -34,7 +34,7 @@ from typing import Literal, get_args
 
 from prometheus_client import Counter, Gauge
 
-from worker.errors import AuthError, CitebotError, ConfigError
+from worker.errors import AuthError, CitebotError, ConfigError, NotFoundError
 from worker.settings import FlagsSettings
 
 log = logging.getLogger(__name__)
@@ -198,16 +198,18 @@ def flag_name(name: str) -> str:
 
 
 def check_access(source: SettingsSource) -> None:
-    """At start-up: read the plugin's settings once. A refused credential (401/403: a wrong key, a key
-    that is not an admin's) raises ConfigError, one line naming the cause, so the worker stops instead of
-    holding every question; any other failure (the forum restarting, a 5xx) is logged and left to the
-    reader, which holds questions until a read succeeds."""
+    """At start-up: read the plugin's settings once. A refused credential raises ConfigError, one line
+    naming the cause, so that the worker stops instead of holding every question: 401/403, or 404,
+    which is what Discourse answers on ``/admin/`` for a wrong key or a user who is not an admin (its
+    AdminConstraint rescues InvalidAccess and matches no route: lib/admin_constraint.rb). Any other
+    failure (the forum restarting, a 5xx, a timeout) is logged and left to the reader, which holds
+    questions until a read succeeds."""
     try:
         source(PLUGIN_SETTING_NAMES)
-    except AuthError as exc:
+    except (AuthError, NotFoundError) as exc:
         raise ConfigError(
-            f"the citebot site settings cannot be read with this API key ({exc}): "
-            "CITEBOT_DISCOURSE__API_KEY must be an admin key for CITEBOT_DISCOURSE__API_USERNAME"
+            f"the citebot site settings cannot be read ({exc}): CITEBOT_DISCOURSE__API_KEY must be a "
+            "valid key and CITEBOT_DISCOURSE__API_USERNAME an admin"
         ) from exc
     except CitebotError as exc:
         log.warning(

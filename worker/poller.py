@@ -4,9 +4,10 @@ Discourse does not retry a timed-out delivery, and a Redis without persistence l
 restart; the bot's own notifications (mentions, replies, PMs) are the durable record of who asked.
 For each recent one (bounded look-back) whose post has no ``answers`` row, the poller checks the post
 is still addressed to the bot (a ``private_message`` notification says the bot is in the PM: with PMs
-off it is still claimed, for the answer path to record it ``denied``, ``pm_disabled``), skips it when a webhook delivery of it is in flight (dedupe key), and
-then claims the row and enqueues the job in ONE transaction: the row is committed only when the
-message is in the queue, and two pollers racing on one post cannot both claim it.
+off it is still claimed, for the answer path to record it ``denied``, ``pm_disabled``), skips it when
+a webhook delivery of it is in flight (dedupe key), and then claims the row and enqueues the job in ONE
+transaction: the row is committed only when the message is in the queue, and two pollers racing on
+one post cannot both claim it.
 
 The report says where the questions it saw stand, honestly: a row is ``answered`` only in a state
 where the member got an answer (posted, abstained, refused); ``held`` rows are re-sent like lost

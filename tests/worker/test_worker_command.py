@@ -90,9 +90,7 @@ def test_worker_run_with_two_processes_answers_and_stops(db_url: str, redis_url:
             held += sum(
                 float(line.split()[-1])
                 for line in text.splitlines()
-                if line.startswith(
-                    'citebot_unanswered_total{reason="settings_unreadable",state="held"}'
-                )
+                if line.startswith('citebot_unanswered_total{reason="settings_unreadable",state="held"}')
             )
         assert held == 6  # once per question, however often it is retried
     finally:

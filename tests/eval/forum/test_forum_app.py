@@ -248,8 +248,13 @@ def test_site_settings_declared_off_and_writable_by_admins(http: TestClient) -> 
     assert client.get_site_settings(names) == dict.fromkeys(names, False)
     client.set_site_setting("citebot_rerank", True)
     assert client.get_site_settings(["citebot_rerank"]) == {"citebot_rerank": True}
-    with pytest.raises(AuthError):
+    # Not an admin, or a wrong key: no admin route matches (lib/admin_constraint.rb rescues
+    # InvalidAccess), so Discourse answers 404, not 403.
+    with pytest.raises(NotFoundError):
         client_for(http, "alice").get_site_settings(names)
+    wrong = http.get("/admin/site_settings.json", headers={"Api-Key": "wrong", "Api-Username": "system"})
+    assert (wrong.status_code, wrong.json()["error_type"]) == (404, "not_found")
+    assert http.get("/posts/1001.json", headers={"Api-Key": "wrong"}).status_code == 403
     bad = http.put(
         "/admin/site_settings/citebot_rerank.json",
         headers=as_user("citebot"),
