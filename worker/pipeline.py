@@ -473,7 +473,7 @@ class AnswerPipeline:
             reply_post_id=reply_id,
             reply_post_number=reply_number,
             posted_at=_now(conn),
-            error=None,
+            error=row.error if final == "denied" else None,  # a notice keeps the refusal's detail
             trace=trace,
         )
         log.info("answered (%s)", final, extra={"post_id": post_id, "topic_id": row.topic_id})

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -35,6 +35,8 @@ from worker.errors import NotFoundError
 log = logging.getLogger(__name__)
 
 POLLED_KINDS = frozenset({"mentioned", "replied", "private_message"})
+# Addressing outcomes that a PM notification overrides (loop prevention, a hidden or deleted post, do not).
+PM_REASONS = frozenset({"not_addressed", "reply_to_post", "private_message", "mention", "reply"})
 # States in which the member got an answer (a refusal by the gate is one: a reply was posted).
 ANSWERED_STATES = frozenset({"posted", "abstained", "refused"})
 ENQUEUED_BY = "poller"
@@ -103,8 +105,7 @@ def poll_once(
     counts = {"in_flight": 0, "not_addressed": 0, "enqueued": 0}
     for post_id in sorted(candidates.keys() - have.keys()):
         pm = candidates[post_id].kind == "private_message"
-        asked = replace(bot, answer_pms=True) if pm else bot
-        counts[_catch_up(forum, conn, redis, enqueue, post_id, asked, namespace, dedupe_ttl_s)] += 1
+        counts[_catch_up(forum, conn, redis, enqueue, post_id, bot, namespace, dedupe_ttl_s, pm=pm)] += 1
     states = list(have.values())
     report = PollReport(
         seen=len(notes),
@@ -164,13 +165,20 @@ def _catch_up(
     bot: BotIdentity,
     namespace: str,
     ttl: int,
+    *,
+    pm: bool = False,
 ) -> str:
+    """``pm``: a ``private_message`` notification, which is the proof that the bot is in the PM (the
+    post's JSON carries no archetype: PostSerializer); loop prevention still applies."""
     try:
         post = forum.get_post(post_id)
     except NotFoundError:
         return "not_addressed"
     decision = decide(post, bot)
-    if decision.needs_confirmation and post.reply_to_post_number is not None:
+    in_pm = pm and decision.reason in PM_REASONS
+    if in_pm:
+        pass  # the notification says the bot is in the PM: the answer path decides
+    elif decision.needs_confirmation and post.reply_to_post_number is not None:
         if not confirm_reply_to_bot(conn, forum, post.topic_id, post.reply_to_post_number, bot):
             return "not_addressed"
     elif not decision.addressed:
