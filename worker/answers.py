@@ -6,8 +6,13 @@ row then moves through its states with ``transition``, a conditional UPDATE, so 
 the same message cannot both move it:
 ``queued → retrieved → generated → posted | abstained | refused | failed`` (``skipped`` for rate limits,
 ``held_for_review`` when Discourse queued the reply for a moderator instead of posting it, ``denied``
-when the summon policy refuses the question: ``rule_id`` ``summon.<reason>``, straight from ``queued``
-or, with a refusal notice to post, through ``generated``).
+when a policy says no, straight from ``queued`` or, with a refusal notice to post, through
+``generated``). ``held`` is open: the flags could not be read yet, so nothing was decided; the question
+goes back to ``queued`` once they can be.
+
+Every question a member asked that has no answer carries a ``reason`` (``REASONS``): the state says
+what happened, the reason why, in words an admin can filter on (``citebot answers --reason``) and the
+metric ``citebot_unanswered_total{state, reason}`` counts.
 """
 
 from __future__ import annotations
@@ -21,25 +26,45 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from worker.domain import Delivery
+from worker.metrics import UNANSWERED
 
 AnswerState = Literal[
     "queued", "retrieved", "generated", "posted", "abstained", "refused", "failed", "skipped",
-    "held_for_review", "denied",
+    "held_for_review", "denied", "held",
 ]  # fmt: skip
 STATES: tuple[AnswerState, ...] = get_args(AnswerState)
 FINAL_STATES: frozenset[AnswerState] = frozenset(
     {"posted", "abstained", "refused", "failed", "skipped", "held_for_review", "denied"}
 )
 
+# The states of a question that got no answer (``held`` is one until the flags can be read).
+UNANSWERED_STATES: frozenset[AnswerState] = frozenset(
+    {"held", "denied", "skipped", "failed", "held_for_review"}
+)
+# Why not, by state. ``denied`` also takes ``summon.<reason>`` (worker.summon.Reason) and
+# ``limit.<reason>`` (worker.limits: per_user, per_topic).
+REASONS: dict[str, str] = {
+    "settings_unreadable": "held: the citebot site settings could not be read yet; retried until they can",
+    "disabled": "denied: citebot_enabled is off",
+    "limit.per_user": "denied: the member asked more than limits.per_user_per_hour questions this hour",
+    "limit.per_topic": "denied: the topic had more than limits.per_topic_per_hour questions this hour",
+    "summon.*": "denied: the summon policy refused it (worker/summon.py names each reason)",
+    "post_gone": "skipped: the question was deleted or hidden before it was answered",
+    "transient_error": "failed: a service stayed down through every retry (an apology may be posted)",
+    "permanent_error": "failed: an error retrying cannot fix (see the error column)",
+    "reply_held_for_review": "held_for_review: Discourse queued the bot's reply for a moderator",
+}
+
 # Columns ``transition`` may set besides ``state``; jsonb ones are wrapped for psycopg.
 _FIELDS = frozenset(
     {"zone", "rule_id", "sources", "reply_raw", "reply_post_id", "reply_post_number", "trace", "attempts"}
-    | {"error", "posted_at"}
+    | {"error", "posted_at", "reason"}
 )
 _JSON_FIELDS = frozenset({"sources", "trace"})
 _COLUMNS = (
     "id, post_id, topic_id, post_number, post_version, user_id, username, state, zone, rule_id, sources,"
-    " reply_raw, reply_post_id, trace, attempts, error, enqueued_by, created_at, updated_at, posted_at"
+    " reply_raw, reply_post_id, trace, attempts, error, enqueued_by, created_at, updated_at, posted_at,"
+    " reason"
 )
 
 
@@ -67,6 +92,7 @@ class Answer:
     created_at: Any
     updated_at: Any
     posted_at: Any
+    reason: str | None = None
 
 
 def claim(
@@ -109,21 +135,34 @@ def existing(conn: psycopg.Connection[Any], post_ids: Collection[int]) -> set[in
     return {int(r[0]) for r in rows}
 
 
+def states_of(conn: psycopg.Connection[Any], post_ids: Collection[int]) -> dict[int, AnswerState]:
+    """The state of each of ``post_ids`` that has a row."""
+    if not post_ids:
+        return {}
+    rows = conn.execute(
+        "SELECT post_id, state FROM answers WHERE post_id = ANY(%s)", (list(post_ids),)
+    ).fetchall()
+    return {int(r[0]): r[1] for r in rows}
+
+
 def claim_stale(
     conn: psycopg.Connection[Any], older_than_s: float, newer_than_s: float, limit: int = 100
 ) -> list[tuple[int, int, int]]:
-    """Open rows (``queued``, ``retrieved``, ``generated``) untouched for ``older_than_s`` but created
-    within ``newer_than_s``, touched now; returns ``(post_id, topic_id, version)`` of each.
+    """Open rows (``queued``, ``retrieved``, ``generated``, ``held``) untouched for ``older_than_s``,
+    touched now; returns ``(post_id, topic_id, version)`` of each. Rows in flight count only when created
+    within ``newer_than_s``; a ``held`` row counts whatever its age, since it waits for the flags, not
+    for its message, and must be answered once they can be read.
 
     Such a row has lost its message (a Redis restart without persistence, a delayed retry gone with
-    it). The conditional UPDATE marks the rows, so of two pollers only one re-sends a given row per
-    period; a message sent twice anyway is harmless, since the pipeline locks and checks the state.
+    it, a held question whose retries ran out). The conditional UPDATE marks the rows, so of two pollers
+    only one re-sends a given row per period; a message sent twice anyway is harmless, since the
+    pipeline locks and checks the state.
     """
     rows = conn.execute(
         "UPDATE answers SET updated_at = now() WHERE post_id IN ("
-        " SELECT post_id FROM answers WHERE state IN ('queued', 'retrieved', 'generated')"
-        " AND updated_at < now() - make_interval(secs => %s)"
-        " AND created_at > now() - make_interval(secs => %s)"
+        " SELECT post_id FROM answers WHERE updated_at < now() - make_interval(secs => %s)"
+        " AND (state = 'held' OR (state IN ('queued', 'retrieved', 'generated')"
+        " AND created_at > now() - make_interval(secs => %s)))"
         " ORDER BY updated_at LIMIT %s FOR UPDATE SKIP LOCKED)"
         " RETURNING post_id, topic_id, coalesce(post_version, 1)",
         (float(older_than_s), float(newer_than_s), int(limit)),
@@ -155,7 +194,9 @@ def transition(
 ) -> bool:
     """Move the row from one of ``from_states`` to ``to_state``, setting ``fields``; False if not there.
 
-    The state check is in the WHERE clause, so of two workers racing on one row exactly one wins.
+    The state check is in the WHERE clause, so of two workers racing on one row exactly one wins. A move
+    into one of ``UNANSWERED_STATES`` from another state is counted in ``citebot_unanswered_total``
+    with the row's reason.
     """
     if to_state not in STATES:
         raise ValueError(f"unknown state {to_state!r}")
@@ -170,11 +211,15 @@ def transition(
     for name, value in sorted(fields.items()):
         sets.append(sql.SQL("{} = %s").format(sql.Identifier(name)))
         values.append(Jsonb(value) if name in _JSON_FIELDS else value)
-    query = sql.SQL("UPDATE answers SET {} WHERE post_id = %s AND state = ANY(%s) RETURNING id").format(
-        sql.SQL(", ").join(sets)
-    )
+    query = sql.SQL(
+        "UPDATE answers SET {} WHERE post_id = %s AND state = ANY(%s) RETURNING id, reason"
+    ).format(sql.SQL(", ").join(sets))
     row = conn.execute(query, [*values, post_id, list(from_states)]).fetchone()
-    return row is not None
+    if row is None:
+        return False
+    if to_state in UNANSWERED_STATES and set(from_states) != {to_state}:
+        UNANSWERED.labels(to_state, row[1] or "unknown").inc()
+    return True
 
 
 def is_bot_reply(conn: psycopg.Connection[Any], topic_id: int, post_number: int) -> bool:
@@ -186,13 +231,31 @@ def is_bot_reply(conn: psycopg.Connection[Any], topic_id: int, post_number: int)
     return row is not None
 
 
-def recent(conn: psycopg.Connection[Any], state: AnswerState | None = None, limit: int = 20) -> list[Answer]:
-    """The latest rows, newest first, optionally in one state (``citebot answers``)."""
-    cur = conn.execute(
-        f"SELECT {_COLUMNS} FROM answers WHERE %s::text IS NULL OR state = %s"  # noqa: S608
-        " ORDER BY updated_at DESC, id DESC LIMIT %s",
-        (state, state, int(limit)),
+def recent(
+    conn: psycopg.Connection[Any],
+    state: AnswerState | None = None,
+    limit: int = 20,
+    *,
+    reason: str | None = None,
+    unanswered: bool = False,
+) -> list[Answer]:
+    """The latest rows, newest first (``citebot answers``): optionally in one ``state``, with a ``reason``
+    (``summon`` matches every ``summon.<reason>``), or only the questions without an answer."""
+    clauses = [sql.SQL("TRUE")]
+    params: list[object] = []
+    if state is not None:
+        clauses.append(sql.SQL("state = %s"))
+        params.append(state)
+    if reason is not None:
+        clauses.append(sql.SQL("(reason = %s OR starts_with(reason, %s))"))
+        params += [reason, reason + "."]
+    if unanswered:
+        clauses.append(sql.SQL("state = ANY(%s)"))
+        params.append(sorted(UNANSWERED_STATES))
+    query = sql.SQL("SELECT {} FROM answers WHERE {} ORDER BY updated_at DESC, id DESC LIMIT %s").format(
+        sql.SQL(_COLUMNS), sql.SQL(" AND ").join(clauses)
     )
+    cur = conn.execute(query, [*params, int(limit)])
     return [Answer(*row) for row in cur.fetchall()]
 
 
@@ -200,3 +263,13 @@ def count_by_state(conn: psycopg.Connection[Any]) -> dict[str, int]:
     """How many rows are in each state."""
     rows = conn.execute("SELECT state, count(*) FROM answers GROUP BY state ORDER BY state").fetchall()
     return {str(r[0]): int(r[1]) for r in rows}
+
+
+def count_unanswered(conn: psycopg.Connection[Any]) -> dict[tuple[str, str], int]:
+    """How many questions have no answer, by ``(state, reason)``."""
+    rows = conn.execute(
+        "SELECT state, coalesce(reason, 'unknown'), count(*) FROM answers WHERE state = ANY(%s)"
+        " GROUP BY 1, 2 ORDER BY 1, 2",
+        (sorted(UNANSWERED_STATES),),
+    ).fetchall()
+    return {(str(r[0]), str(r[1])): int(r[2]) for r in rows}

@@ -6,7 +6,8 @@
     ├── ConfigError                   a setting is missing or invalid (exit code 2 at the CLI)
     ├── TransientError                worth retrying: timeouts, 429, 5xx, a service restarting
     │   ├── RateLimitedError          429; ``retry_after`` carries the server's wait in seconds
-    │   └── ServiceUnavailableError   connection refused, timeout, 5xx, 503 "unhealthy"
+    │   ├── ServiceUnavailableError   connection refused, timeout, 5xx, 503 "unhealthy"
+    │   └── HeldError                 a question cannot be decided yet (flags unreadable): held, retried
     └── PermanentError                retrying cannot help: 4xx, bad payloads, mismatched models
         ├── ValidationError           the service rejected our input (400, 413, 422)
         ├── NotFoundError             404
@@ -61,6 +62,12 @@ class RateLimitedError(TransientError):
 
 class ServiceUnavailableError(TransientError):
     """The service could not be reached, timed out, or answered 5xx."""
+
+
+class HeldError(TransientError):
+    """The question cannot be decided yet: the flags have never been read (settings unreadable, the forum
+    answering 5xx). Its row is ``held``; the actor retries with backoff and, when the retries run out,
+    the row stays ``held`` for the poller to send again: never given up, never answered on a guess."""
 
 
 class PermanentError(CitebotError):

@@ -11,8 +11,11 @@ names are accepted too), ``citebot_min_trust_level`` (an enum of ``TrustLevelSet
   change takes effect within a minute, without a restart;
 - when a read fails, the last values read hold (the failure is logged and counted) and the read is tried
   again after ``retry_failed_s``, not on every job, so a struggling admin API is not hammered;
-- before any successful read, the safe defaults hold: everything off, the legacy behaviour, and the
-  cautious summon rules (trust level 1, no notice);
+- before any successful read the values are not known (``FlagState.known`` is False, origin
+  ``defaults``): the answer path holds the question (state ``held``) and retries it rather than decide
+  on a guess; the defaults (everything off, the cautious summon rules) only fill the snapshot;
+- a refused credential at start-up (401/403, or the 404 Discourse answers on ``/admin/`` to a wrong
+  key or a non-admin) stops the worker (``check_access``), since no later read can succeed;
 - an ``override_*`` setting (``CITEBOT_FLAGS__OVERRIDE_RERANK=false``,
   ``CITEBOT_FLAGS__OVERRIDE_MIN_TRUST_LEVEL=2``) pins a value during an incident and wins over everything.
 
@@ -31,6 +34,7 @@ from typing import Literal, get_args
 
 from prometheus_client import Counter, Gauge
 
+from worker.errors import AuthError, CitebotError, ConfigError, NotFoundError
 from worker.settings import FlagsSettings
 
 log = logging.getLogger(__name__)
@@ -107,6 +111,13 @@ class FlagState:
     overridden: tuple[str, ...] = ()
     read_at: float | None = None
     summon: SummonRules = SummonRules()
+    error: str | None = None  # why the last read failed (type and message, no forum text)
+
+    @property
+    def known(self) -> bool:
+        """May these values decide a question? Yes once a read succeeded (now or earlier: the last-known
+        values), or when an override pins every flag and summon rule; before that they are a guess."""
+        return self.origin != "defaults" or set(self.overridden) >= {*FLAG_NAMES, *SUMMON_NAMES}
 
     def trace(self) -> dict[str, object]:
         return {
@@ -184,6 +195,28 @@ def flag_name(name: str) -> str:
     if short not in FLAG_NAMES:
         raise ValueError(f"unknown flag {name!r}; known: {', '.join(FLAG_NAMES)}")
     return short
+
+
+def check_access(source: SettingsSource) -> None:
+    """At start-up: read the plugin's settings once. A refused credential raises ConfigError, one line
+    naming the cause, so that the worker stops instead of holding every question: 401/403, or 404,
+    which is what Discourse answers on ``/admin/`` for a wrong key or a user who is not an admin (its
+    AdminConstraint rescues InvalidAccess and matches no route: lib/admin_constraint.rb). Any other
+    failure (the forum restarting, a 5xx, a timeout) is logged and left to the reader, which holds
+    questions until a read succeeds."""
+    try:
+        source(PLUGIN_SETTING_NAMES)
+    except (AuthError, NotFoundError) as exc:
+        raise ConfigError(
+            f"the citebot site settings cannot be read ({exc}): CITEBOT_DISCOURSE__API_KEY must be a "
+            "valid key and CITEBOT_DISCOURSE__API_USERNAME an admin"
+        ) from exc
+    except CitebotError as exc:
+        log.warning(
+            "site settings unreadable at start (%s); questions are held until a read succeeds",
+            exc,
+            extra={"stage": "flags"},
+        )
 
 
 def overrides_of(settings: FlagsSettings) -> dict[str, bool]:
@@ -273,7 +306,7 @@ class FlagReader:
                 origin.replace("_", " "),
                 extra={"stage": "flags"},
             )
-            state = replace(previous, origin=origin)
+            state = replace(previous, origin=origin, error=f"{type(exc).__name__}: {exc}")
             self._snapshot = (state, now + self._retry_failed_s)
             self._tried = True
             return

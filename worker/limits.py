@@ -1,7 +1,8 @@
 """Per-user and per-topic rate limits, counted in Redis over a sliding hour.
 
-A limit that is hit is a return value (the pipeline records state ``skipped`` and may answer once,
-politely), never an exception. Counting happens once per question (keyed by post id), so a retried
+A limit that is hit is a return value (the pipeline records state ``denied``, reason
+``limit.<reason>``, and posts the short notice with the first question over the limit when the admin
+chose notices), never an exception. Counting happens once per question (keyed by post id), so a retried
 job does not count twice.
 """
 
@@ -23,6 +24,7 @@ class LimitDecision:
     reason: str | None = None
     user_count: int = 0
     topic_count: int = 0
+    first_over: bool = False  # the first question over the limit in this window (the one to tell)
 
 
 class RateLimiter:
@@ -48,8 +50,9 @@ class RateLimiter:
         # zrank is 0-based: this question's position among the hour's questions.
         user_pos = int(results[2]) + 1
         topic_pos = int(results[6]) + 1
-        if self._settings.per_user_per_hour and user_pos > self._settings.per_user_per_hour:
-            return LimitDecision(False, "per_user", user_pos, topic_pos)
-        if self._settings.per_topic_per_hour and topic_pos > self._settings.per_topic_per_hour:
-            return LimitDecision(False, "per_topic", user_pos, topic_pos)
+        per_user, per_topic = self._settings.per_user_per_hour, self._settings.per_topic_per_hour
+        if per_user and user_pos > per_user:
+            return LimitDecision(False, "per_user", user_pos, topic_pos, user_pos == per_user + 1)
+        if per_topic and topic_pos > per_topic:
+            return LimitDecision(False, "per_topic", user_pos, topic_pos, topic_pos == per_topic + 1)
         return LimitDecision(True, None, user_pos, topic_pos)

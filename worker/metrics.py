@@ -13,3 +13,9 @@ STAGE_SECONDS = Histogram(
 )
 ZONES = Counter("citebot_zones", "Evidence zone of answered questions.", ["zone"])
 FALLBACKS = Counter("citebot_fallbacks", "Fallbacks taken, by stage and reason.", ["stage", "reason"])
+UNANSWERED = Counter(
+    "citebot_unanswered",
+    "Questions a member asked that got no answer, by state (held, denied, skipped, failed, "
+    "held_for_review) and reason (worker/answers.py REASONS).",
+    ["state", "reason"],
+)

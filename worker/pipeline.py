@@ -6,8 +6,12 @@ through its states so that a retry resumes where the last attempt stopped::
     queued ──gate hit──────────────────────────────▶ generated(canned) ──post──▶ refused
     queued ──retrieve──▶ retrieved ──generate+sanitize──▶ generated ──post──▶ posted | abstained
     any ──permanent error / LLM down after retries──▶ failed (apology posted or not: llm.on_failure)
-    queued ──flag off / rate limit / post gone──▶ skipped
-    queued ──summon policy refuses──▶ denied  (with a refusal notice: ──▶ generated ──post──▶ denied)
+    queued ──flags never read (settings unreadable)──▶ held ──flags read──▶ queued  (retried meanwhile)
+    queued ──post gone──▶ skipped
+    queued ──policy says no: citebot_enabled off, summon policy, rate limit──▶ denied
+                          (with a refusal notice: ──▶ generated ──post──▶ denied)
+
+Every question that ends without an answer carries a ``reason`` (``worker.answers.REASONS``).
 
 | stage | module |
 |---|---|
@@ -34,7 +38,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -44,11 +48,11 @@ from gate import Gate, GateDecision, IntentLayer, canned_text, detect_language
 from sanitizer import LinkGrain, SanitizeResult, sanitize
 from worker import answers
 from worker.domain import Completion, Delivery, ForumPost, ForumTopic, PendingPost, Source, Zone
-from worker.errors import CitebotError, NotFoundError, PermanentError, TransientError
-from worker.flags import FlagReader, Flags, SummonRules
+from worker.errors import CitebotError, HeldError, NotFoundError, PermanentError, TransientError
+from worker.flags import FlagReader, Flags, FlagState, SummonRules
 from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, Prompt, build_prompt
 from worker.html_text import html_to_text
-from worker.limits import RateLimiter
+from worker.limits import LimitDecision, RateLimiter
 from worker.members import MemberDirectory
 from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
@@ -56,7 +60,7 @@ from worker.question import extract_question, question_for
 from worker.recheck import Recheck, SourceCheck
 from worker.retrieval.pipeline import Retriever
 from worker.settings import Settings
-from worker.summon import NOTICE, RULE_PREFIX, SummonDecision, SummonPolicy
+from worker.summon import RULE_PREFIX, NoticeKind, SummonDecision, SummonPolicy, notice_text
 from worker.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,7 @@ APOLOGY = {
     "fr": "Désolé, je n'ai pas pu rédiger de réponse pour le moment. Réessayez plus tard, "
     "ou attendez la réponse d'un membre.",
 }
+DISABLED = "citebot_enabled is off"
 OPEN_STATES: tuple[answers.AnswerState, ...] = tuple(
     s for s in answers.STATES if s not in answers.FINAL_STATES
 )
@@ -156,6 +161,12 @@ class AnswerPipeline:
             answers.transition(conn, post_id, [row.state], row.state, attempts=attempts)
             try:
                 outcome = self._advance(conn, row, attempts)
+            except HeldError as exc:
+                if not last_attempt:
+                    JOBS.labels("held").inc()
+                    raise
+                # Never given up: the row stays ``held`` and the poller sends it again (answers.claim_stale).
+                outcome = Outcome(post_id, "held", str(exc))
             except TransientError as exc:
                 if last_attempt:
                     outcome = self._give_up(conn, post_id, row.topic_id, f"transient: {exc}")
@@ -179,11 +190,15 @@ class AnswerPipeline:
         trace.info["flags"] = state.trace()
         trace.info["attempt"] = attempts
         flags = state.flags
-        if not flags.enabled:
-            answers.transition(
-                conn, post_id, ["queued", "retrieved"], "skipped", error="citebot_enabled is off"
-            )
-            return Outcome(post_id, "skipped", "citebot_enabled is off")
+        if not state.known:
+            self._hold(conn, row, state)
+        if row.state == "held":
+            answers.transition(conn, post_id, ["held"], "queued", reason=None, error=None)
+            row = replace(row, state="queued")
+        notices = state.summon.refusal_notice == "short"
+        if not flags.enabled and not notices:
+            # Off, and no notice to post: decided without reading the post.
+            return self._decline(conn, post_id, "disabled", DISABLED, trace)
 
         with self._stage(trace, "load"):
             post = self._load_post(post_id)
@@ -191,7 +206,14 @@ class AnswerPipeline:
             if post is not None and not (post.deleted or post.hidden):
                 topic = self._load_topic(post.topic_id)
         if post is None or topic is None:
-            answers.transition(conn, post_id, ["queued", "retrieved"], "skipped", error="post gone or hidden")
+            answers.transition(
+                conn,
+                post_id,
+                ["queued", "retrieved"],
+                "skipped",
+                reason="post_gone",
+                error="post gone or hidden",
+            )
             return Outcome(post_id, "skipped", "post gone or hidden")
         if row.user_id is None:
             answers.record_author(conn, post_id, post.user_id, post.username, post.post_number)
@@ -200,15 +222,19 @@ class AnswerPipeline:
         with self._stage(trace, "summon") as st:
             decision = self.summon.check(post, topic, state.summon)
             st.info.update(decision.trace())
+        if not flags.enabled:
+            # A member who may ask, in a place the bot may post, is told the bot is off (when the admin
+            # chose notices); anyone else is refused in silence, as the summon policy would.
+            tell = notices and decision.allowed and self._notice_within_limits(post)
+            notice = self._notice(post, "disabled") if tell else None
+            return self._decline(conn, post_id, "disabled", DISABLED, trace, notice=notice)
         if not decision.allowed:
             return self._deny(conn, post, decision, state.summon, trace)
 
         if self.limiter is not None and row.state == "queued":
             limit = self.limiter.check(post_id=post_id, user_id=post.user_id, topic_id=post.topic_id)
             if not limit.allowed:
-                log.info("rate limit %s: question skipped", limit.reason, extra={"post_id": post_id})
-                answers.transition(conn, post_id, ["queued"], "skipped", error=f"rate limit {limit.reason}")
-                return Outcome(post_id, "skipped", f"rate limit {limit.reason}")
+                return self._over_limit(conn, post, limit, state.summon, trace)
 
         with self._stage(trace, "question"):
             question = self._question(post, topic)
@@ -415,11 +441,13 @@ class AnswerPipeline:
         row = answers.get(conn, post_id)
         if row is None or row.state != "generated" or row.reply_raw is None:
             raise PermanentError(f"post {post_id} has no generated reply to post", service="citebot")
-        final: answers.AnswerState = (
-            ("denied" if row.rule_id.startswith(RULE_PREFIX) else "refused")
-            if row.rule_id
-            else ("abstained" if row.zone == "abstain" else "posted")
-        )
+        final: answers.AnswerState
+        if row.reason or (row.rule_id or "").startswith(RULE_PREFIX):
+            final = "denied"  # a refusal notice (``_decline``)
+        elif row.rule_id:
+            final = "refused"
+        else:
+            final = "abstained" if row.zone == "abstain" else "posted"
         started = time.perf_counter()
         existing = self._existing_reply(row) if resumed else None
         if resumed and existing is None:
@@ -445,7 +473,7 @@ class AnswerPipeline:
             reply_post_id=reply_id,
             reply_post_number=reply_number,
             posted_at=_now(conn),
-            error=None,
+            error=row.error if final == "denied" else None,  # a notice keeps the refusal's detail
             trace=trace,
         )
         log.info("answered (%s)", final, extra={"post_id": post_id, "topic_id": row.topic_id})
@@ -480,11 +508,29 @@ class AnswerPipeline:
             "pending_post_id": pending.pending_id,
         }
         why = "Discourse holds the reply for review (make the bot account staff or trusted)"
-        answers.transition(conn, row.post_id, ["generated"], "held_for_review", error=why, trace=trace)
+        answers.transition(
+            conn,
+            row.post_id,
+            ["generated"],
+            "held_for_review",
+            reason="reply_held_for_review",
+            error=why,
+            trace=trace,
+        )
         log.warning(
             "reply held for review by Discourse", extra={"post_id": row.post_id, "topic_id": row.topic_id}
         )
         return Outcome(row.post_id, "held_for_review", why)
+
+    def _hold(self, conn: psycopg.Connection[Any], row: answers.Answer, state: FlagState) -> None:
+        """The flags have never been read: hold the question (state ``held``, reason
+        ``settings_unreadable``) and raise HeldError so that the queue retries it with backoff."""
+        why = f"the citebot site settings could not be read ({state.error or 'no read yet'})"
+        fields: dict[str, object] = {"reason": "settings_unreadable", "error": why}
+        if not answers.transition(conn, row.post_id, ["queued", "retrieved"], "held", **fields):
+            answers.transition(conn, row.post_id, ["held"], "held", **fields)
+        log.warning("question held: %s", why, extra={"post_id": row.post_id, "stage": "flags"})
+        raise HeldError(why + "; the question is held and retried", service="citebot")
 
     def _deny(
         self,
@@ -494,28 +540,82 @@ class AnswerPipeline:
         rules: SummonRules,
         trace: Trace,
     ) -> Outcome:
-        """The summon policy refused the question: final state ``denied``, its reason in ``rule_id``.
+        """The summon policy refused the question: ``denied``, reason and ``rule_id`` ``summon.<reason>``.
 
-        With ``citebot_refusal_notice`` ``short``, a refused member (never a refused place) gets one
-        generic line in the post's language, naming no reason (a silence is nobody else's business);
-        the notice counts against the member's and the topic's hourly limits, so refusals cannot be
-        turned into a flood of notices."""
-        log.info(
-            "question denied (%s)", decision.reason, extra={"post_id": post.id, "topic_id": post.topic_id}
+        With ``citebot_refusal_notice`` ``short``, a refused member (never a refused place, except the
+        bot's own PM while PMs are off) gets one generic line in the post's language, naming no reason (a
+        silence is nobody else's business); the notice counts against the member's and the topic's
+        hourly limits, so refusals cannot be turned into a flood of notices."""
+        kind: NoticeKind = "pm" if decision.reason == "pm_disabled" else "member"
+        # In a PM only its first post is told: the rest of the conversation is refused in silence.
+        notify = (
+            rules.refusal_notice == "short"
+            and decision.may_notify
+            and (kind != "pm" or post.post_number == 1)
+            and self._notice_within_limits(post)
         )
+        return self._decline(
+            conn,
+            post.id,
+            decision.rule_id,
+            decision.detail,
+            trace,
+            notice=self._notice(post, kind) if notify else None,
+            rule_id=decision.rule_id,
+        )
+
+    def _over_limit(
+        self,
+        conn: psycopg.Connection[Any],
+        post: ForumPost,
+        limit: LimitDecision,
+        rules: SummonRules,
+        trace: Trace,
+    ) -> Outcome:
+        """Over an hourly limit: ``denied``, reason ``limit.<per_user|per_topic>``. The notice, when the
+        admin chose one, goes with the first question over the limit only: one line per member (or
+        topic) and window, never one per question."""
+        reason = f"limit.{limit.reason}"
+        detail = (
+            f"rate limit {limit.reason} ({limit.user_count} by the member, {limit.topic_count} in the topic"
+            " this hour)"
+        )
+        tell = rules.refusal_notice == "short" and limit.first_over
+        return self._decline(
+            conn, post.id, reason, detail, trace, notice=self._notice(post, "limit") if tell else None
+        )
+
+    def _decline(
+        self,
+        conn: psycopg.Connection[Any],
+        post_id: int,
+        reason: str,
+        detail: str,
+        trace: Trace,
+        *,
+        notice: str | None = None,
+        rule_id: str | None = None,
+    ) -> Outcome:
+        """A policy said no: final state ``denied`` with its ``reason``. With a ``notice``, the row goes
+        through ``generated`` and the notice is posted first (``_post`` ends it in ``denied``), so a
+        retry after a crash does not post it twice."""
+        log.info("question denied (%s)", reason, extra={"post_id": post_id})
         fields: dict[str, object] = {
-            "rule_id": decision.rule_id,
-            "error": decision.detail,
-            "trace": self._trace_dict(trace, kind="summon"),
+            "reason": reason,
+            "rule_id": rule_id,
+            "error": detail,
+            "trace": self._trace_dict(trace, kind="policy"),
         }
-        if rules.refusal_notice == "short" and decision.may_notify and self._notice_within_limits(post):
-            language = detect_language(post.raw or html_to_text(post.cooked))
-            answers.transition(
-                conn, post.id, ["queued", "retrieved"], "generated", reply_raw=NOTICE[language], **fields
-            )
-            return self._post(conn, post.id, resumed=False)
-        answers.transition(conn, post.id, ["queued", "retrieved"], "denied", **fields)
-        return Outcome(post.id, "denied", decision.rule_id)
+        if notice is not None:
+            open_ = ["queued", "retrieved"]
+            answers.transition(conn, post_id, open_, "generated", reply_raw=notice, **fields)
+            return self._post(conn, post_id, resumed=False)
+        answers.transition(conn, post_id, ["queued", "retrieved"], "denied", **fields)
+        return Outcome(post_id, "denied", reason)
+
+    def _notice(self, post: ForumPost, kind: NoticeKind) -> str:
+        """The short refusal notice of ``kind`` in the language of the post."""
+        return notice_text(kind, detect_language(post.raw or html_to_text(post.cooked)))
 
     def _notice_within_limits(self, post: ForumPost) -> bool:
         if self.limiter is None:
@@ -539,16 +639,16 @@ class AnswerPipeline:
                 outcome = self._post(conn, post_id, resumed=False)
             except CitebotError as exc:
                 return self._fail(conn, post_id, f"{why}; apology not posted: {exc}")
-            answers.transition(conn, post_id, answers.FINAL_STATES, "failed", error=why)
+            answers.transition(
+                conn, post_id, answers.FINAL_STATES, "failed", reason=_failure_reason(why), error=why
+            )
             FALLBACKS.labels("generate", "apology").inc()
             return Outcome(post_id, "failed", f"apology posted: {why}", outcome.reply_post_id)
         return self._fail(conn, post_id, why)
 
     def _fail(self, conn: psycopg.Connection[Any], post_id: int, why: str) -> Outcome:
         log.warning("question failed: %s", why, extra={"post_id": post_id})
-        answers.transition(
-            conn, post_id, [s for s in answers.STATES if s not in answers.FINAL_STATES], "failed", error=why
-        )
+        answers.transition(conn, post_id, OPEN_STATES, "failed", reason=_failure_reason(why), error=why)
         return Outcome(post_id, "failed", why)
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -617,6 +717,10 @@ class AnswerPipeline:
         out = trace.to_dict()
         out.update(extra)
         return out
+
+
+def _failure_reason(why: str) -> str:
+    return "transient_error" if why.startswith("transient") else "permanent_error"
 
 
 def _now(conn: psycopg.Connection[Any]) -> Any:

@@ -3,9 +3,16 @@
 Discourse does not retry a timed-out delivery, and a Redis without persistence loses its queue on
 restart; the bot's own notifications (mentions, replies, PMs) are the durable record of who asked.
 For each recent one (bounded look-back) whose post has no ``answers`` row, the poller checks the post
-is still addressed to the bot, skips it when a webhook delivery of it is in flight (dedupe key), and
-then claims the row and enqueues the job in ONE transaction: the row is committed only when the
-message is in the queue, and two pollers racing on one post cannot both claim it.
+is still addressed to the bot (a ``private_message`` notification says the bot is in the PM: with PMs
+off it is still claimed, for the answer path to record it ``denied``, ``pm_disabled``), skips it when
+a webhook delivery of it is in flight (dedupe key), and then claims the row and enqueues the job in ONE
+transaction: the row is committed only when the message is in the queue, and two pollers racing on
+one post cannot both claim it.
+
+The report says where the questions it saw stand, honestly: a row is ``answered`` only in a state
+where the member got an answer (posted, abstained, refused); ``held`` rows are re-sent like lost
+messages (``answers.claim_stale``) whatever their age; ``not_answered`` counts the policy refusals and
+failures, final, each with its reason in ``citebot answers``.
 """
 
 from __future__ import annotations
@@ -27,7 +34,11 @@ from worker.errors import NotFoundError
 
 log = logging.getLogger(__name__)
 
-POLLED_KINDS = frozenset({"mentioned", "replied"})
+POLLED_KINDS = frozenset({"mentioned", "replied", "private_message"})
+# Addressing outcomes that a PM notification overrides (loop prevention, a hidden or deleted post, do not).
+PM_REASONS = frozenset({"not_addressed", "reply_to_post", "private_message", "mention", "reply"})
+# States in which the member got an answer (a refusal by the gate is one: a reply was posted).
+ANSWERED_STATES = frozenset({"posted", "abstained", "refused"})
 ENQUEUED_BY = "poller"
 
 
@@ -46,9 +57,16 @@ Enqueue = Callable[[int, int, int], None]
 
 @dataclass(frozen=True, slots=True)
 class PollReport:
+    """One pass. Of the recent questions that already had a row: ``answered``, ``not_answered`` (a
+    final state without an answer: denied, skipped, failed, held_for_review), ``held`` and
+    ``in_progress``; ``resent``: open or held rows sent again."""
+
     seen: int = 0
     too_old: int = 0
     answered: int = 0
+    not_answered: int = 0
+    held: int = 0
+    in_progress: int = 0
     resent: int = 0
     in_flight: int = 0
     not_addressed: int = 0
@@ -70,7 +88,7 @@ def poll_once(
 ) -> PollReport:
     """One pass over the bot's notifications; returns what it did."""
     cutoff = (now or datetime.now(UTC)) - timedelta(seconds=lookback_s)
-    kinds = POLLED_KINDS | ({"private_message"} if bot.answer_pms else set())
+    kinds = POLLED_KINDS
     candidates: dict[int, Notification] = {}
     too_old = 0
     notes = _recent_notifications(forum, cutoff)
@@ -81,13 +99,24 @@ def poll_once(
             too_old += 1
             continue
         candidates.setdefault(note.post_id, note)
-    have = answers.existing(conn, candidates.keys())
+    have = answers.states_of(conn, candidates.keys())
     conn.commit()
     resent = _resend_stale(conn, enqueue, stale_after_s, lookback_s)
     counts = {"in_flight": 0, "not_addressed": 0, "enqueued": 0}
-    for post_id in sorted(candidates.keys() - have):
-        counts[_catch_up(forum, conn, redis, enqueue, post_id, bot, namespace, dedupe_ttl_s)] += 1
-    report = PollReport(seen=len(notes), too_old=too_old, answered=len(have), resent=resent, **counts)
+    for post_id in sorted(candidates.keys() - have.keys()):
+        pm = candidates[post_id].kind == "private_message"
+        counts[_catch_up(forum, conn, redis, enqueue, post_id, bot, namespace, dedupe_ttl_s, pm=pm)] += 1
+    states = list(have.values())
+    report = PollReport(
+        seen=len(notes),
+        too_old=too_old,
+        answered=sum(s in ANSWERED_STATES for s in states),
+        not_answered=sum(s in answers.UNANSWERED_STATES and s != "held" for s in states),
+        held=states.count("held"),
+        in_progress=sum(s not in answers.FINAL_STATES and s != "held" for s in states),
+        resent=resent,
+        **counts,
+    )
     if report.enqueued:
         log.info("poller enqueued %d missed question(s)", report.enqueued)
     return report
@@ -136,13 +165,20 @@ def _catch_up(
     bot: BotIdentity,
     namespace: str,
     ttl: int,
+    *,
+    pm: bool = False,
 ) -> str:
+    """``pm``: a ``private_message`` notification, which is the proof that the bot is in the PM (the
+    post's JSON carries no archetype: PostSerializer); loop prevention still applies."""
     try:
         post = forum.get_post(post_id)
     except NotFoundError:
         return "not_addressed"
     decision = decide(post, bot)
-    if decision.needs_confirmation and post.reply_to_post_number is not None:
+    in_pm = pm and decision.reason in PM_REASONS
+    if in_pm:
+        pass  # the notification says the bot is in the PM: the answer path decides
+    elif decision.needs_confirmation and post.reply_to_post_number is not None:
         if not confirm_reply_to_bot(conn, forum, post.topic_id, post.reply_to_post_number, bot):
             return "not_addressed"
     elif not decision.addressed:

@@ -12,7 +12,11 @@ Where (``decide_topic``, from the topic JSON as the bot sees it; Discourse's sou
   (TopicViewDetailsSerializer lists a user allowed through a group under the group only). An admin bot
   can read and post in every PM (TopicGuardian#can_see_topic? ``return true if is_admin?``), and every
   PM post reaches post webhooks, so without this check any PM between two members would be a question;
-  a mention there notifies participants only (PostAlerter), so the bot was never asked;
+  a mention there notifies participants only (PostAlerter), so the bot was never asked. With PMs off,
+  a PM the bot is in reaches the worker through the poller (the webhook's ``topic_archetype`` names no
+  participant; the bot's ``private_message`` notification does, PostAlerter#notify_pm_users): it is
+  refused ``pm_disabled`` and is the one refused place that may get the notice, since the member wrote
+  to the bot;
 - an archived or a closed topic gets no answer: an author may still edit a post of a closed topic
   (PostGuardian#can_edit_post? refuses archived topics only) and an admin bot may post in both
   (TopicGuardian#can_create_post_on_topic? ``return true if is_admin?``), which would revive a topic
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from worker.domain import ForumPost, ForumTopic, Member
 from worker.flags import SummonRules
@@ -63,6 +67,31 @@ NOTICE = {
     "en": "Sorry, I can only answer questions from some members of this forum.",
     "fr": "Désolé, je ne peux répondre qu'aux questions de certains membres de ce forum.",
 }
+# The short notices of ``citebot_refusal_notice`` (``short``), one per kind of "no"; none names a rule.
+NoticeKind = Literal["member", "pm", "limit", "disabled"]
+NOTICES: dict[NoticeKind, dict[str, str]] = {
+    "member": NOTICE,
+    "pm": {
+        "en": "Sorry, I do not answer private messages. Please ask in a topic of the forum.",
+        "fr": "Désolé, je ne réponds pas aux messages privés. Posez la question dans un sujet du forum.",
+    },
+    "limit": {
+        "en": "Sorry, you have asked me many questions in the last hour. Please try again later.",
+        "fr": "Désolé, vous m'avez posé beaucoup de questions dans l'heure. Réessayez plus tard.",
+    },
+    "disabled": {
+        "en": "Sorry, I am not answering questions at the moment.",
+        "fr": "Désolé, je ne réponds pas aux questions pour le moment.",
+    },
+}
+if set(NOTICES) != set(get_args(NoticeKind)):
+    raise RuntimeError("worker.summon: a notice kind without its text")
+
+
+def notice_text(kind: NoticeKind, language: str) -> str:
+    """The notice of ``kind`` in ``language`` (English when there is none in it)."""
+    texts = NOTICES[kind]
+    return texts.get(language, texts["en"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +102,7 @@ class SummonDecision:
     allowed: bool
     reason: Reason
     detail: str = ""
+    participant: bool = False  # ``pm_disabled``: the bot is in the PM (the member wrote to it)
 
     @property
     def rule_id(self) -> str:
@@ -81,11 +111,19 @@ class SummonDecision:
     @property
     def may_notify(self) -> bool:
         """A refused member may be told (per ``citebot_refusal_notice``); a refused place never is, nor a
-        member refused because the bot could not read the account."""
-        return not self.allowed and self.reason not in SILENT_REASONS
+        member refused because the bot could not read the account. The one refused place that may be told
+        is a PM the bot is in while PMs are off."""
+        if self.allowed:
+            return False
+        if self.reason == "pm_disabled":
+            return self.participant
+        return self.reason not in SILENT_REASONS
 
     def trace(self) -> dict[str, object]:
-        return {"allowed": self.allowed, "reason": self.reason, "detail": self.detail}
+        out: dict[str, object] = {"allowed": self.allowed, "reason": self.reason, "detail": self.detail}
+        if self.reason == "pm_disabled":
+            out["participant"] = self.participant
+        return out
 
 
 ALLOWED = SummonDecision(True, "allowed")
@@ -108,10 +146,11 @@ def decide_topic(
     """May the bot answer in this topic? ``bot_groups`` is called only for a group PM that does not name
     the bot (it may cost a read)."""
     if topic.private_message:
-        if not answer_pms:
-            return SummonDecision(False, "pm_disabled", "private messages are not answered")
         named = is_participant(topic, bot_username, frozenset())
-        if not named and not (topic.allowed_groups and is_participant(topic, bot_username, bot_groups())):
+        member = named or bool(topic.allowed_groups and is_participant(topic, bot_username, bot_groups()))
+        if not answer_pms:
+            return SummonDecision(False, "pm_disabled", "private messages are not answered", member)
+        if not member:
             return SummonDecision(False, "pm_not_participant", "the bot is not in this private message")
     if topic.archived:
         return SummonDecision(False, "topic_archived", "the topic is archived")

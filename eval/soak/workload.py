@@ -292,8 +292,8 @@ class FaultPlan:
         )
 
     def _settings(self) -> str:
-        """The site settings unreadable while the workers start: first a granular key without that
-        scope (403, ``invalid_api_credentials``), then the forum answering 500. A slow LLM first builds
+        """The site settings unreadable while the workers start: the forum answers 403 (a proxy or
+        firewall in front of it), then 500 (the forum restarting), to that route alone. A slow LLM first builds
         a backlog; then every worker is killed and started again inside the window, so the questions
         in flight meet a worker whose first settings read fails. Nothing may be decided on flags nobody
         read: each question waits for the settings and is answered once they are back. Three more questions
@@ -303,7 +303,7 @@ class FaultPlan:
         for status in (403, 500):
             self.stack.model_faults(llm_latency_ms=3000)
             time.sleep(4)
-            self.stack.forum_faults(settings_error_status=status)
+            self.stack.forum_faults(errors_path=SETTINGS_PATH, errors_next=1_000_000, error_status=status)
             # The window closes on its own clock (a worker waiting at start for readable settings must
             # not keep it open): once the forum has refused a settings read, or after 30 s at most.
             window = threading.Thread(target=self._settings_window, args=(status,), daemon=True)
@@ -339,7 +339,7 @@ class FaultPlan:
         while time.monotonic() - started < longest_s and not self._refused(status):
             time.sleep(0.25)
         time.sleep(3.0)
-        self.stack.forum_faults(settings_error_status=0)
+        self.stack.forum_faults(errors_next=0, errors_path="", error_status=502)
 
     def _wait_worker(self, index: int, timeout_s: float) -> float:
         """Seconds until worker ``index`` runs again (the supervisor restarts one that exited)."""

@@ -37,6 +37,9 @@ REQUIRED = {
     "zone mix": "citebot_zones_total",
     "answers failed": 'citebot_answer_jobs_total{outcome="failed"}',
     "index empty": "citebot_index_posts",
+    # issue 33: a question is answered, or an admin can see why not
+    "questions held": 'citebot_unanswered_total{state="held"}',
+    "questions not answered": 'citebot_unanswered_total{state!="held"}',
 }
 
 

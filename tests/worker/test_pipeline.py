@@ -202,11 +202,13 @@ def test_gate_hit_posts_canned_reply_without_calling_the_llm(world: World) -> No
     assert world.forum.created[0].raw == row.reply_raw
 
 
-def test_enabled_flag_off_changes_nothing(world: World) -> None:
+def test_enabled_flag_off_changes_nothing_and_says_so(world: World) -> None:
     world.forum.flags_on(enabled=False)
     world.ask(903, 1, "@citebot how do I stop shadow flicker?")
-    assert world.pipeline.run(903).state == "skipped"
+    assert world.pipeline.run(903).state == "denied"
     assert world.forum.created == []
+    row = world.row(903)
+    assert (row.state, row.reason, row.error) == ("denied", "disabled", "citebot_enabled is off")
 
 
 def test_posts_pipeline_off_is_legacy_with_topic_links(world: World) -> None:
@@ -311,7 +313,9 @@ def test_offline_generator_cites_real_sources(db_url: str, redis_url: str) -> No
         assert "https://forum.test/t/loading-scene-xml/2/" in raw
 
 
-def test_rate_limited_question_is_skipped(db_url: str, redis_url: str, redis_client: RedisClients) -> None:
+def test_rate_limited_question_is_denied_with_its_reason(
+    db_url: str, redis_url: str, redis_client: RedisClients
+) -> None:
     from tests.conftest import REDIS_NAMESPACE
     from worker.limits import RateLimiter
 
@@ -323,8 +327,10 @@ def test_rate_limited_question_is_skipped(db_url: str, redis_url: str, redis_cli
         world.ask(911, 1, "@citebot how do I stop shadow flicker?")
         world.ask(912, 1, "@citebot and how do I stop shadow acne?", post_number=4)
         assert world.pipeline.run(911).state == "posted"
-        assert world.pipeline.run(912).state == "skipped"
+        assert world.pipeline.run(912).state == "denied"
+        assert world.row(912).reason == "limit.per_user"
         assert "rate limit" in (world.row(912).error or "")
+        assert len(world.forum.created) == 1  # the answer to 911; notice "none": no notice for 912
 
 
 def _stages(row: answers.Answer) -> dict[str, Any]:

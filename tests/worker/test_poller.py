@@ -80,7 +80,8 @@ def test_poll_enqueues_missed_questions_once(db_url: str, redis_url: str, redis_
         assert answers.get(conn, 101) is not None
         assert answers.get(conn, 101).enqueued_by == "poller"  # type: ignore[union-attr]
         again = run(forum, conn, r, sent)
-        assert (again.enqueued, again.answered) == (0, 2)
+        # Claimed and queued, not answered yet: in progress, not "answered".
+        assert (again.enqueued, again.in_progress, again.answered) == (0, 2, 0)
     assert len(sent) == 2
 
 
@@ -192,3 +193,48 @@ def test_poller_pages_back_through_the_look_back(
         report = run(forum, conn, r, sent)
     assert report.seen == 151
     assert [p for p, _, _ in sent] == [500]
+
+
+def test_the_report_counts_as_answered_only_what_was_answered_and_held_rows_are_sent_again(
+    db_url: str, redis_url: str, redis_client: RedisClients
+) -> None:
+    # issue 33: a question skipped or denied by a policy, or held because the flags could not be read,
+    # was counted "answered".
+    forum = Forum()
+    for post_id in (701, 702, 703, 704, 705):
+        forum.add(post_id, f"@citebot question {post_id}")
+    r = redis_client(redis_url)
+    sent: list[tuple[int, int, int]] = []
+    with psycopg.connect(db_url) as conn:
+        for post_id in (701, 702, 703, 704, 705):
+            answers.claim(conn, post_id, 9, 1, 1, 4, "alice", "webhook")
+        answers.transition(conn, 701, ["queued"], "posted")
+        answers.transition(conn, 702, ["queued"], "denied", reason="limit.per_user")
+        answers.transition(conn, 703, ["queued"], "skipped", reason="post_gone")
+        answers.transition(conn, 704, ["queued"], "held", reason="settings_unreadable")
+        # The held one's retries ran out long ago, and it was asked before the look-back.
+        conn.execute(
+            "UPDATE answers SET updated_at = now() - interval '1 hour',"
+            " created_at = now() - interval '1 day' WHERE post_id = 704"
+        )
+        conn.commit()
+        report = run(forum, conn, r, sent)
+    assert (report.answered, report.not_answered, report.held, report.in_progress) == (1, 2, 1, 1)
+    assert (report.resent, sent) == (1, [(704, 9, 1)])
+
+
+def test_a_pm_to_the_bot_is_claimed_with_pms_off_for_the_worker_to_record_the_refusal(
+    db_url: str, redis_url: str, redis_client: RedisClients
+) -> None:
+    # Discourse notifies the bot of a PM it is in (PostAlerter#notify_pm_users: "private_message"); the
+    # webhook cannot tell (its topic_archetype names no participant), so the poller claims it and the
+    # answer path records "denied", summon.pm_disabled (worker/summon.py).
+    assert not BOT.answer_pms
+    forum = Forum()
+    forum.add(801, "hello bot, how do I stop shadow flicker?", kind="private_message", post_number=1)
+    r = redis_client(redis_url)
+    sent: list[tuple[int, int, int]] = []
+    with psycopg.connect(db_url) as conn:
+        report = run(forum, conn, r, sent)
+        assert (report.enqueued, sent) == (1, [(801, 9, 1)])
+        assert answers.get(conn, 801) is not None

@@ -50,7 +50,8 @@ def _poll(args: argparse.Namespace) -> int:
                 report = run_poll(provider(), enqueue)
                 print(
                     f"notifications {report.seen}, too old {report.too_old}, answered {report.answered}, "
-                    f"re-sent {report.resent}, "
+                    f"not answered {report.not_answered}, held {report.held}, "
+                    f"in progress {report.in_progress}, re-sent {report.resent}, "
                     f"in flight {report.in_flight}, not addressed {report.not_addressed}, "
                     f"enqueued {report.enqueued}",
                     flush=True,

@@ -63,14 +63,24 @@ def _run(args: argparse.Namespace) -> int:
 
         start_http_server(metrics_port, addr="0.0.0.0")  # noqa: S104 - scraped from outside the pod
         log.info("metrics on :%d/metrics", metrics_port)
-    children = [
-        _spawn_child(args, metrics_port + i if metrics_port else None) for i in range(1, args.processes)
-    ]
     broker = build_broker(settings.redis)
     runtime = lazy_runtime(settings, answerer_factory=build_answerer)
     # Build the pipeline now: a broken rules file, an unreachable database or a model that does not
     # match the index stops the worker at start with a clear message, not message by message.
     rt = runtime()
+    # A key that may not read the site settings (401/403) stops the worker here, before any child
+    # starts; a forum that is down only delays the flags (questions are held until they are read).
+    from worker.flags import check_access
+
+    try:
+        check_access(rt.forum.at("background").get_site_settings)
+    except ConfigError:
+        broker.close()
+        runtime.close()
+        raise
+    children = [
+        _spawn_child(args, metrics_port + i if metrics_port else None) for i in range(1, args.processes)
+    ]
     if metrics_port:
         _register_backlog(rt)
     actors = declare_actors(broker, runtime, settings.limits)

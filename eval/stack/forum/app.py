@@ -191,7 +191,7 @@ class ForumApp:
                 return rate_limited(wait)
         if self.faults.take("rate_limit_next"):
             return rate_limited(self.faults.retry_after_s)
-        if self.faults.take("errors_next"):
+        if self.faults.take_error(request.url.path):
             return Response(
                 "<html><body>Bad gateway</body></html>", self.faults.error_status, media_type="text/html"
             )
@@ -260,18 +260,21 @@ class ForumApp:
 
     # -- admin -----------------------------------------------------------------------------------
 
-    async def site_settings(self, request: Request) -> Response:
-        failing = self.faults.settings_error_status
-        if failing == 403:
-            return invalid_access()
-        if failing:
-            page = "<html><body>Internal Server Error</body></html>"
-            return Response(page, failing, media_type="text/html")
+    async def _admin_route(self, request: Request) -> Response | None:
+        """Discourse routes ``/admin/site_settings`` under ``StaffConstraint`` and ``AdminConstraint``
+        (config/routes.rb). Both rescue ``Discourse::InvalidAccess`` (what a wrong ``Api-Key`` raises in
+        Auth::DefaultCurrentUserProvider#current_user) and answer false, as they do for a user who is not
+        an admin (lib/admin_constraint.rb, lib/staff_constraint.rb): no route matches, so the answer is
+        404, not 403. None when the caller is an admin."""
         user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        if user is None or not user.admin:
-            return invalid_access()
+        if isinstance(user, Response) or user is None or not user.admin:
+            return not_found()
+        return None
+
+    async def site_settings(self, request: Request) -> Response:
+        refused = await self._admin_route(request)
+        if refused is not None:
+            return refused
         # Admin::SiteSettingsController#index permits `categories` and `plugin` only.
         categories = [c for c in (request.query_params.get("categories") or "").split(",") if c]
         plugin = request.query_params.get("plugin") or None
@@ -279,11 +282,9 @@ class ForumApp:
         return JSONResponse({"site_settings": [site_setting_json(r) for r in rows], "diags": {}})
 
     async def set_site_setting(self, request: Request) -> Response:
-        user = await self._user(request)
-        if isinstance(user, Response):
-            return user
-        if user is None or not user.admin:
-            return invalid_access()
+        refused = await self._admin_route(request)
+        if refused is not None:
+            return refused
         name = str(request.path_params["name"])
         params = await _params(request)
         if name not in params:

@@ -53,24 +53,22 @@ class Delivery:
 
 @dataclass
 class Faults:
-    """Knobs for tests: API latency, the next N API calls answering 429 or 5xx, the site settings read
-    failing alone (``settings_error_status``), lost webhooks, and a
-    review queue (``hold_for_review``: comma-separated usernames whose posts wait for a moderator, as
-    Discourse does for a new account under ``approve_post_count``; staff are exempt)."""
+    """Knobs for tests: API latency, the next N API calls (or those to one path) answering 429 or 5xx,
+    lost webhooks, and a review queue (``hold_for_review``: comma-separated usernames whose posts wait
+    for a moderator, as Discourse does for a new account under ``approve_post_count``; staff are
+    exempt)."""
 
     latency_s: float = 0.0
     rate_limit_next: int = 0
     retry_after_s: int = 3
     errors_next: int = 0
     error_status: int = 502
+    # Only requests to this path count against errors_next ('' : every API request): a site-settings
+    # outage (``/admin/site_settings.json``) while members go on posting.
+    errors_path: str = ""
     drop_webhooks_next: int = 0
     drop_webhooks: bool = False
     hold_for_review: str = ""
-    # ``GET /admin/site_settings.json`` alone answers this status (0: normal). 403 is what a granular API
-    # key without that route's scope gets: ``lookup_api_user`` returns nil when ``request_allowed?``
-    # fails, and ``current_user`` raises ``InvalidAccess`` with ``invalid_api_credentials``
-    # (lib/auth/default_current_user_provider.rb); 5xx is the forum restarting under the bot.
-    settings_error_status: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self, name: str) -> bool:
@@ -81,6 +79,12 @@ class Faults:
                 setattr(self, name, left - 1)
                 return True
             return False
+
+    def take_error(self, path: str) -> bool:
+        """Consume one of ``errors_next`` for a request to ``path`` (see ``errors_path``)."""
+        if self.errors_path and path != self.errors_path:
+            return False
+        return self.take("errors_next")
 
     def update(self, values: dict[str, Any]) -> None:
         with self.lock:
