@@ -293,11 +293,11 @@ class FaultPlan:
 
     def _settings(self) -> str:
         """The site settings unreadable while the workers start: the forum answers 403 (a proxy or
-        firewall in front of it), then 500 (the forum restarting), to that route alone. A slow LLM first builds
-        a backlog; then every worker is killed and started again inside the window, so the questions
-        in flight meet a worker whose first settings read fails. Nothing may be decided on flags nobody
-        read: each question waits for the settings and is answered once they are back. Three more questions
-        are asked inside each window."""
+        firewall in front of it), then 500 (the forum restarting), to that route alone. A slow LLM
+        first builds a backlog; then every worker is killed and started again inside the window, so the
+        questions in flight meet a worker whose first settings read fails. Nothing may be decided on
+        flags nobody read: each question waits for the settings and is answered once they are back.
+        Three more questions are asked inside each window."""
         parts = []
         workers = range(1, self.stack.o.workers + 1)
         for status in (403, 500):

@@ -59,7 +59,8 @@ def test_short_soak_one_kill_one_storm_every_question_answered_exactly_once(tmp_
         unavailable("Redis", "redis-server is not installed")
     out = tmp_path / "out"
     command = [
-        sys.executable, "-m", "eval.soak", "--questions", str(QUESTIONS), "--faults", "storm,kill,drop,settings,backfill",
+        sys.executable, "-m", "eval.soak", "--questions", str(QUESTIONS),
+        "--faults", "storm,kill,drop,settings,backfill",
         "--rate", "8", "--drain-timeout", "90", "--settle", "6", "--cache", str(tmp_path / "cache"),
         "--out", str(out),
     ]  # fmt: skip
@@ -90,11 +91,13 @@ def test_short_soak_one_kill_one_storm_every_question_answered_exactly_once(tmp_
     assert all(f["never_answered"] == 0 for f in report["faults"])
     # the site settings were unreadable while a worker started (403, then 500): nothing was decided
     settings = [f for f in report["faults"] if f["fault"] == "settings"]
-    assert settings and "FAILED" not in settings[0]["detail"], report["faults"]
+    assert settings, report["faults"]
+    assert "FAILED" not in settings[0]["detail"], report["faults"]
     assert report["states"].get("skipped", 0) == 0, report["states"]
     # the API backfill was killed mid-run and run again: the vector index stayed valid throughout
     backfills = [f for f in report["faults"] if f["fault"] == "backfill"]
-    assert backfills and "index then valid" in backfills[0]["detail"], report["faults"]
+    assert backfills, report["faults"]
+    assert "index then valid" in backfills[0]["detail"], report["faults"]
     assert report["fault_errors"] == [], report["fault_errors"]
     assert report["latency_p50_s"] > 0
     assert "generate" in report["stages"]
