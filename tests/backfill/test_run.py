@@ -229,13 +229,20 @@ def test_a_second_run_of_the_same_source_is_refused_while_one_holds_the_lock(
     database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource(corpus(4))
+    run_backfill(database, source, embedder, dataclasses.replace(options, limit=1))  # a live index
+    refused = FakeEmbedder(model=TEST_MODEL)
     with BackfillLock(db_url, source.key), pytest.raises(BackfillBusyError) as info:
-        run_backfill(database, source, embedder, options)
+        run_backfill(database, source, refused, options)
     assert "another backfill of source 'memory' is running" in str(info.value)
-    assert embedder.calls == []
-    assert indexed(db_url) == {}
-    with BackfillLock(db_url, "file:/x"), pytest.raises(BackfillBusyError, match="a backfill is running"):
-        run_backfill(database, source, embedder, dataclasses.replace(options, reindex=True))
+    assert refused.calls == []
+    assert sorted(indexed(db_url)) == [1]
+    # A bulk load (or a reindex) runs alone: it drops the vector index that other runs write into.
+    for bulk in (dataclasses.replace(options, reindex=True), dataclasses.replace(options, bulk=True)):
+        with BackfillLock(db_url, "file:/x"), pytest.raises(BackfillBusyError, match="a backfill is running"):
+            run_backfill(database, source, refused, bulk)
+    with BackfillLock(db_url, "file:/x", exclusive=True), pytest.raises(BackfillBusyError, match="bulk"):
+        run_backfill(database, source, refused, options)
+    assert refused.calls == []
 
 
 class Slow(FakeEmbedder):
@@ -307,13 +314,13 @@ def test_fresh_page_falls_back_to_the_upsert_when_a_row_appeared_meanwhile(db_ur
     assert sorted(indexed(db_url)) == [1, 2, 3]
 
 
-def test_large_load_into_a_live_table_rebuilds_the_index_concurrently(
+def test_a_bulk_load_into_a_live_table_rebuilds_the_index_concurrently(
     database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource(corpus(12))
     run_backfill(database, source, embedder, dataclasses.replace(options, limit=2))
-    summary = run_backfill(database, source, embedder, options)  # 10 left > 2 x 2 indexed: bulk
-    assert summary.index_build_s > 0
+    summary = run_backfill(database, source, embedder, dataclasses.replace(options, bulk=True))
+    assert (summary.bulk, summary.index_build_s > 0) == (True, True)
     with psycopg.connect(db_url) as conn:
         valid = conn.execute(
             "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
@@ -336,14 +343,17 @@ def test_a_small_run_updates_the_live_index_in_place(
     run_backfill(database, source, embedder, dataclasses.replace(options, limit=10))
     before = _index_oid(db_url)
     assert before is not None
-    # 50 posts are left (> 2 x 10 indexed), but this run reads only 5 of them: no drop, no rebuild.
     small = run_backfill(database, source, embedder, dataclasses.replace(options, limit=5))
     assert (small.seen, small.index_build_s) == (5, 0)
     assert _index_oid(db_url) == before
     assert len(indexed(db_url)) == 15
-    # The rest is a bulk load again (45 > 2 x 15): dropped and built once, concurrently.
+    # 45 posts left, three times the table: still written in place, never dropped without --bulk.
     rest = run_backfill(database, source, embedder, options)
-    assert rest.index_build_s > 0
+    assert (rest.seen, rest.bulk, rest.index_build_s) == (45, False, 0)
+    assert _index_oid(db_url) == before
+    # Only an explicit bulk load drops it, and builds it again once, concurrently.
+    bulk = run_backfill(database, source, embedder, dataclasses.replace(options, bulk=True))
+    assert bulk.index_build_s > 0
     assert _index_oid(db_url) not in (None, before)
 
 
