@@ -265,7 +265,7 @@ def test_an_incremental_run_reads_only_the_new_posts_and_keeps_the_index(double:
     database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
     options = BackfillOptions(batch_size=2, progress=False)
     first = run_backfill(database, make_source(double, []), embedder, options)
-    assert (first.seen, first.embedded, first.bulk) == (9, 6, True)  # into an empty table: a bulk load
+    assert (first.seen, first.embedded) == (9, 6)  # into an empty table: a bulk load
     oid, state, _ = _index(db_url)
     assert state == "valid"
     new = _new_posts(double, [1, 2, 2])
@@ -274,7 +274,7 @@ def test_an_incremental_run_reads_only_the_new_posts_and_keeps_the_index(double:
     second = run_backfill(database, make_source(double, []), embedder, options)
 
     calls = double.app.calls[calls_before:]
-    assert (second.seen, second.embedded, second.skipped, second.bulk) == (3, 3, 0, False)
+    assert (second.seen, second.embedded, second.skipped) == (3, 3, 0)
     assert embedder.texts_embedded - texts_before == 3  # nothing unchanged is embedded again
     # One page of /posts.json (4 a page here: 3 new posts and one already walked), one read per touched
     # topic, and the run's /site.json and /tag_groups.json: no post below the watermark is read.
