@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -29,7 +30,7 @@ import psycopg
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.api import ApiSource
 from eval.bench.report import emit
-from eval.stack.forum.app import ForumConfig, create_forum_app
+from eval.stack.forum.app import ApiCall, ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
 from eval.stack.launcher import Launcher
@@ -114,7 +115,8 @@ def _post_replies(url: str, topic_ids: list[int], n: int) -> list[int]:
     return ids
 
 
-def _gets(forum_calls: list, since: int) -> int:  # type: ignore[type-arg]
+def _gets(forum_calls: Sequence[ApiCall], since: int) -> int:
+    """The GET requests the forum logged from index ``since`` on (the backfill's reads)."""
     return sum(1 for c in forum_calls[since:] if c.method == "GET")
 
 
