@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+from pydantic import SecretStr
 
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.api import ApiSource
@@ -49,11 +50,11 @@ MODEL = "fake-embedder"
 def _source(url: str, per_minute: float) -> ApiSource:
     settings = DiscourseSettings(
         base_url=url,
-        api_key=KEY,
+        api_key=SecretStr(KEY),
         site_api_limit_per_minute=1_000_000,
         api_requests_per_minute=per_minute,
         api_burst=100,
-    )  # type: ignore[call-arg,arg-type]
+    )
     return ApiSource(httpx.Client(timeout=30), settings, budget=ApiBudget(settings))
 
 
@@ -103,12 +104,13 @@ class Prober(threading.Thread):
             self.stop.wait(0.2)
 
 
-def _post_replies(url: str, topic_ids: list[int], n: int) -> list[int]:
+def _post_replies(url: str, topic_ids: list[int], n: int, round_: int) -> list[int]:
     ids = []
     with httpx.Client(base_url=url, headers={"Api-Key": KEY, "Api-Username": "system"}, timeout=30) as http:
         for i in range(n):
             topic = topic_ids[i % len(topic_ids)]
-            raw = f"Incremental bench reply {i}: rebuild the engine with URHO3D_SAMPLES off and try again."
+            # Distinct texts: Discourse returns the first post for the same user's identical one.
+            raw = f"Incremental bench reply {round_}.{i}: rebuild with URHO3D_SAMPLES off, try again."
             response = http.post("/posts.json", json={"topic_id": topic, "raw": raw})
             response.raise_for_status()
             ids.append(int(response.json()["id"]))
@@ -163,7 +165,7 @@ def main(argv: list[str]) -> int:
                         (args.topics,),
                     )
                 ]
-            new = _post_replies(base, newest, args.new)
+            new = _post_replies(base, newest, args.new, 1)
             mark = len(app.calls)
             app.faults.update({"latency_s": 0.05})  # a remote forum's round trip, and time to stop it
 
@@ -197,6 +199,15 @@ def main(argv: list[str]) -> int:
             rerun = _run(base, url, args.dimension, args.per_minute)
             rerun_s = time.perf_counter() - t1
             rerun_gets = _gets(app.calls, mark2)
+            # The same again without the kill, and a run with nothing new: the steady-state cost.
+            more = _post_replies(base, newest, args.new, 2)
+            mark3 = len(app.calls)
+            straight = _run(base, url, args.dimension, args.per_minute)
+            straight_gets = _gets(app.calls, mark3)
+            mark4 = len(app.calls)
+            idle = _run(base, url, args.dimension, args.per_minute)
+            idle_gets = _gets(app.calls, mark4)
+            new += more
             time.sleep(0.5)
             prober.stop.set()
             prober.join(10)
@@ -220,14 +231,18 @@ def main(argv: list[str]) -> int:
         "loaded_posts": loaded.posts,
         "first_walk": {"seen": first["seen"], "embedded": first["embedded"], "bulk": first["bulk"],
                        "api_gets": first_gets, "seconds": round(first_s, 1)},
-        "changed_posts": len(new),
+        "changed_posts": args.new,
         "changed_topics": len(set(newest)),
         "killed_run": {"api_gets": killed_gets, "new_posts_committed": int(indexed_after_kill[0]),
                        "checkpoint": saved, "index_after_kill": state_after_kill},
         "rerun": {"resumed_from": rerun["resumed_from"], "seen": rerun["seen"], "embedded": rerun["embedded"],
                   "skipped": rerun["skipped"], "bulk": rerun["bulk"], "index_build_s": rerun["index_build_s"],
                   "api_gets": rerun_gets, "seconds": round(rerun_s, 1)},
-        "api_gets_per_changed_post": round((killed_gets + rerun_gets) / max(1, len(new)), 3),
+        "api_gets_per_changed_post": round((killed_gets + rerun_gets) / max(1, args.new), 3),
+        "uninterrupted": {"changed_posts": args.new, "seen": straight["seen"],
+                          "embedded": straight["embedded"], "api_gets": straight_gets,
+                          "api_gets_per_changed_post": round(straight_gets / args.new, 3)},
+        "nothing_new": {"seen": idle["seen"], "embedded": idle["embedded"], "api_gets": idle_gets},
         "final": {"rows": final[0], "distinct": final[1], "new_posts_indexed": final[2], "index": state,
                   "cursor": cursor[0] if cursor else None, "status": cursor[1] if cursor else None},
         "recall_probes": {"ok": prober.ok, "failures": len(prober.failures),
