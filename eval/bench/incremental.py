@@ -26,7 +26,6 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from pydantic import SecretStr
 
 from backfill.run import BackfillOptions, run_backfill
 from backfill.sources.api import ApiSource
@@ -48,12 +47,14 @@ MODEL = "fake-embedder"
 
 
 def _source(url: str, per_minute: float) -> ApiSource:
-    settings = DiscourseSettings(
-        base_url=url,
-        api_key=SecretStr(KEY),
-        site_api_limit_per_minute=1_000_000,
-        api_requests_per_minute=per_minute,
-        api_burst=100,
+    settings = DiscourseSettings.model_validate(
+        {
+            "base_url": url,
+            "api_key": KEY,
+            "site_api_limit_per_minute": 1_000_000,
+            "api_requests_per_minute": per_minute,
+            "api_burst": 100,
+        }
     )
     return ApiSource(httpx.Client(timeout=30), settings, budget=ApiBudget(settings))
 
