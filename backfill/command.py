@@ -14,6 +14,8 @@ from worker.settings import Settings
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Run the backfill the arguments describe; 130 when it was interrupted (its pages are saved)."""
+    if getattr(args, "build_index", False):
+        return _build_index(settings)
     if getattr(args, "excerpts", False):
         return _excerpts(settings, args)
     stopped: Summary | None = None
@@ -25,6 +27,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             source_url=args.database_url_source,
             reindex=args.reindex,
             prune=args.prune,
+            bulk=getattr(args, "bulk", False),
+            full=getattr(args, "full", False),
             public_export=getattr(args, "public_export", False),
             limit=args.limit,
             page_size=args.page_size,
@@ -45,6 +49,16 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return 130
     if settings.excerpt_embeddings.enabled:
         return _excerpts(settings, args)
+    return 0
+
+
+def _build_index(settings: Settings) -> int:
+    """``--build-index``: the vector index built when missing or invalid (refused while a bulk load,
+    which builds it itself, holds the lock)."""
+    from backfill.run import ensure_index
+
+    seconds = ensure_index(settings.database)
+    print(f"vector index built in {seconds:.1f} s" if seconds else "vector index is valid: nothing to do")
     return 0
 
 

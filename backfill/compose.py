@@ -106,6 +106,8 @@ def run_configured(
     progress: bool | None = False,
     prune: bool = False,
     public_export: bool = False,
+    bulk: bool = False,
+    full: bool = False,
 ) -> Summary:
     """One backfill run built from settings: the CLI's, and the one a scheduled actor would call.
 
@@ -131,6 +133,8 @@ def run_configured(
         progress=progress,
         excluded_authors=bot_authors(settings),
         prune=prune,
+        bulk=bulk,
+        full=full,
     )
     try:
         return run_backfill(settings.database, source, embedder, options, tokenizer=find_tokenizer(embedder))

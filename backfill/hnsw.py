@@ -1,12 +1,16 @@
-"""The HNSW index of ``post_index``: dropped before a bulk load, built after it.
+"""The HNSW index of ``post_index``: dropped before a bulk load, built after it, and built again by the
+next run whenever a bulk load was stopped before it could.
 
 Its kind (halfvec or binary-quantized) is the one ``index_meta`` records (``worker.db.vector_index``).
 
 Inserting into an HNSW graph row by row is several times slower than building it once over the loaded
-table, so a load into an empty table (or one much larger than the table) drops the index first and
-builds it at the end. A table that recall is reading while we build gets ``CREATE INDEX CONCURRENTLY``
-(no write lock); an empty one a plain build. A build that failed half-way leaves an INVALID index,
-which is dropped and built again.
+table, so a bulk load (``--bulk``, ``--reindex``, or any load into an empty table) drops the index first
+and builds it at the end. Every other run (the scheduled incremental one) writes into the live index in
+place and never drops it; it starts by building the index when it is missing or invalid
+(``ensure_index``), so an interrupted bulk load leaves recall on a sequential scan only until the next
+run. A table that recall is reading while we build gets ``CREATE INDEX CONCURRENTLY`` (no write lock);
+an empty one a plain build. A build that failed half-way leaves an INVALID index, which is dropped and
+built again.
 """
 
 from __future__ import annotations
@@ -16,22 +20,15 @@ import time
 
 import psycopg
 
-from worker.db.vector_index import INDEX_NAMES, drop_vector_indexes, index_ddl, read_kind
+from backfill.lock import NAMESPACE
+from worker.db.vector_index import INDEX_NAMES, drop_vector_indexes, index_ddl, index_state, read_kind
 
 log = logging.getLogger(__name__)
 
-
-def index_state(conn: psycopg.Connection) -> str:
-    """``valid``, ``invalid`` (a failed concurrent build) or ``missing``."""
-    with conn.transaction():
-        row = conn.execute(
-            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "WHERE c.relname = %s AND pg_table_is_visible(c.oid)",
-            (INDEX_NAMES[read_kind(conn)],),
-        ).fetchone()
-    if row is None:
-        return "missing"
-    return "valid" if row[0] else "invalid"
+__all__ = ["build_index", "drop_index", "index_state"]
+# The advisory lock (in the backfill namespace) that one build holds: a second run that finds the index
+# missing waits for the build under way and then finds it valid, instead of dropping it as invalid.
+BUILD_LOCK = -1
 
 
 def drop_index(conn: psycopg.Connection) -> None:
@@ -44,6 +41,9 @@ def build_index(url: str, *, concurrently: bool, maintenance_work_mem: str = "1G
     """Build the index when missing (or invalid) on its own autocommit connection; return seconds."""
     start = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
+        if index_state(conn) == "valid":
+            return 0.0
+        conn.execute("SELECT pg_advisory_lock(%s, %s)", (NAMESPACE, BUILD_LOCK))
         state = index_state(conn)
         if state == "valid":
             return 0.0

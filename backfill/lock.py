@@ -1,8 +1,9 @@
 """Two backfills of one source never run at once: a session advisory lock, tried, never waited for.
 
 Each run holds, on a dedicated connection for its whole life, an exclusive lock on its source key and a
-SHARED lock on the backfill namespace; ``--reindex`` takes that namespace lock EXCLUSIVELY, so it runs
-alone. The second run does not wait (an operator would rather know at once): it exits with a message
+SHARED lock on the backfill namespace; a bulk load (``--bulk``, ``--reindex``, a load into an empty
+table) takes that namespace lock EXCLUSIVELY, so it runs alone: nothing builds the vector index while it
+has it dropped. The second run does not wait (an operator would rather know at once): it exits with a message
 naming the process that holds the lock. The locks vanish with the session if the process dies.
 """
 
@@ -45,7 +46,7 @@ class BackfillLock:
             fn = "pg_try_advisory_lock" if self.exclusive else "pg_try_advisory_lock_shared"
             if not _try(conn, fn, 0):
                 holder = _holder(conn, 0)
-                what = "a backfill" if self.exclusive else "a --reindex"
+                what = "a backfill" if self.exclusive else "a bulk load (--bulk or --reindex)"
                 raise BackfillBusyError(
                     f"{what} is running{holder}; wait for it to finish (or stop it) and run again",
                     service="backfill",

@@ -1,4 +1,10 @@
-"""The bulk backfill job: source → prepare → digest check → embed (thread pool) → COPY upsert → checkpoint.
+"""The backfill job: source → prepare → digest check → embed (thread pool) → COPY upsert → checkpoint.
+
+A run is incremental unless told otherwise: it writes into the live index in place and never drops the
+vector index, and a ``Watermarked`` source (``api``) reads only what is newer than its last complete
+walk. A bulk load (``--bulk``, ``--reindex``, or a load into an empty table) drops the index and builds it
+at the end; it runs alone (the backfill lock, exclusively). Whatever stopped a bulk load, the next run
+builds the index first (``backfill.hnsw``), so the scheduled incremental job brings it back.
 
 Reading and preparing the next page overlaps with embedding the previous ones; pages are committed in
 source order, each with its checkpoint, so an interrupted run resumes after the last committed page and
@@ -25,7 +31,7 @@ from backfill.lock import BackfillLock
 from backfill.prepare import PreparedPost, Preparer, Truncator
 from backfill.progress import Progress
 from backfill.rows import needs, states_in
-from backfill.sources import PostSource, SourceBatch
+from backfill.sources import PostSource, SourceBatch, Watermarked
 from backfill.store import IndexStore
 from worker.db.connect import connect
 from worker.db.meta import check_index_meta, read_index_meta
@@ -33,7 +39,6 @@ from worker.protocols import Embedder
 from worker.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
-BULK_FACTOR = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,8 @@ class BackfillOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     excluded_authors: tuple[str, ...] = ()  # the bot's own replies are never indexed
     prune: bool = False  # the range sweep removes any row the source lacks, not only its own
+    bulk: bool = False  # drop the vector index, load, build it at the end (alone: the exclusive lock)
+    full: bool = False  # a Watermarked source walks everything again, not only what is newer
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,7 @@ class Summary:
     reasons: dict[str, int]
     timings: dict[str, float]
     rewritten: int = 0  # among ``skipped``: same text, other columns rewritten (backfill.rows)
+    bulk: bool = False  # the run dropped the vector index and built it at the end
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -205,6 +213,7 @@ class _Run:
             fresh=page.fresh and not partial,
             prune=self.options.prune,
             rewritten=page.rewritten if not partial else (),
+            walk=self.source.walk() if isinstance(self.source, Watermarked) else None,
         )
         if partial:
             self.counts.update(embedded=len(ok_posts))
@@ -329,8 +338,11 @@ def run_backfill(
 ) -> Summary:
     """One backfill run of ``source`` into the post index (see docs/backfill.md)."""
     start = time.perf_counter()
+    # A bulk load drops the vector index for its whole length, so it runs alone; a load into an empty
+    # table is one too (there is nothing to keep, and building once is several times faster).
+    bulk = options.bulk or options.reindex or _is_empty(database)
     with (
-        BackfillLock(database.url, source.key, exclusive=options.reindex),
+        BackfillLock(database.url, source.key, exclusive=bulk),
         connect(database) as conn,
         connect(database) as lookup_conn,
     ):
@@ -351,6 +363,13 @@ def run_backfill(
                 check_index_meta(conn, embedder.model, embedder.dimension)
             finally:
                 conn.rollback()
+        build_s = 0.0
+        live = store.count() > 0
+        if not bulk and index_state(conn) != "valid":
+            # A bulk load stopped before it could build the index (or a build failed): recall is on a
+            # sequential scan until it exists again. Built first, while no bulk load can run (the lock).
+            log.warning("the vector index is %s: building it before this run", index_state(conn))
+            build_s = build_index(database.url, concurrently=live)
         # The categories the source describes are recorded (a partial list never widens what is
         # public: backfill.categories); the posts of those recorded as restricted are not indexed.
         _record_categories(conn, source)
@@ -359,24 +378,20 @@ def run_backfill(
         checkpoint = store.load_checkpoint(source.key)
         resume = checkpoint is not None and checkpoint.status != "done" and checkpoint.cursor is not None
         cursor = checkpoint.cursor if resume and checkpoint else None
+        if isinstance(source, Watermarked):
+            saved = checkpoint.saved if checkpoint is not None else {}
+            source.start(saved if resume else {"since": saved.get("since", 0)}, full=options.full)
         store.start_run(source.key, fresh=not resume)
         if resume:
             log.info("resuming %s after post %s", source.key, cursor)
 
-        indexed = store.count()
-        live = indexed > 0
         remaining = _capped(source.estimate(cursor), options.limit)
-        # A bulk load: into an empty table, or one that will at least triple it; anything smaller (a
-        # `--limit 100`, a new pass over an unchanged forum, which also reads its ineligible posts) is
-        # written into the live index in place, never dropped and rebuilt for nothing.
-        bulk = not live or (remaining is not None and remaining > BULK_FACTOR * indexed)
         if bulk and index_state(conn) != "missing":
             drop_index(conn)
 
         reader = IndexStore(lookup_conn, embedder.model)
         run = _Run(store, reader, source, embedder, options, restricted, sleep, tokenizer)
         status = "failed"
-        build_s = 0.0
         stopped: KeyboardInterrupt | None = None
         try:
             try:
@@ -393,8 +408,8 @@ def run_backfill(
                 _record_categories(conn, source)
                 status = "done" if run.exhausted else "idle"
                 t0 = time.perf_counter()
-                if options.build_index:
-                    build_s = build_index(database.url, concurrently=live)
+                if options.build_index and bulk:
+                    build_s += build_index(database.url, concurrently=live)
                 run.timings["index_build"] += time.perf_counter() - t0
             except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM made one by the CLI: resumable
                 status, stopped = "interrupted", exc
@@ -414,12 +429,17 @@ def run_backfill(
                 reasons=dict(run.reasons),
                 timings={k: round(v, 3) for k, v in run.timings.items()},
                 rewritten=run.counts["rewritten"],
+                bulk=bulk,
             )
             try:
                 conn.rollback()
-                if status in ("failed", "interrupted") and index_state(conn) != "valid":
-                    log.warning("the HNSW index is missing until the next backfill run completes")
-                store.finish_run(source.key, status, summary.as_dict())
+                if bulk and index_state(conn) != "valid":
+                    log.warning(
+                        "the vector index is missing (recall scans the table) until the next backfill run "
+                        "builds it: `citebot backfill --build-index`, or the scheduled incremental run"
+                    )
+                next_walk = source.next_walk() if isinstance(source, Watermarked) else None
+                store.finish_run(source.key, status, summary.as_dict(), next_walk)
             except psycopg.Error:  # the database went away: the original error matters more
                 log.warning("could not record the outcome of the run", exc_info=True)
                 conn.close()  # unusable; closed, the block's end does not commit on it
@@ -435,6 +455,22 @@ def run_backfill(
     return summary
 
 
+def ensure_index(database: DatabaseSettings) -> float:
+    """Build the vector index when it is missing or invalid, unless a bulk load is running (it builds
+    the index when it ends); seconds spent. What every incremental run does first, on its own."""
+    with BackfillLock(database.url, "build-index"), connect(database, vector=False) as conn:
+        live = conn.execute("SELECT EXISTS (SELECT 1 FROM post_index)").fetchone() == (True,)
+        conn.rollback()
+        if index_state(conn) == "valid":
+            return 0.0
+        return build_index(database.url, concurrently=live)
+
+
+def _is_empty(database: DatabaseSettings) -> bool:
+    with connect(database, vector=False) as conn:
+        return conn.execute("SELECT NOT EXISTS (SELECT 1 FROM post_index)").fetchone() == (True,)
+
+
 def _record_categories(conn: psycopg.Connection, source: PostSource) -> None:
     listed = source.categories()
     if listed is not None:
@@ -448,4 +484,4 @@ def _capped(estimate: int | None, limit: int | None) -> int | None:
     return limit if estimate is None else min(estimate, limit)
 
 
-__all__ = ["BackfillInterrupted", "BackfillOptions", "Summary", "run_backfill"]
+__all__ = ["BackfillInterrupted", "BackfillOptions", "Summary", "ensure_index", "run_backfill"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
@@ -96,6 +96,7 @@ class Checkpoint:
     cursor: int | None
     status: str
     stats: dict[str, float]
+    saved: dict[str, object] = field(default_factory=dict)  # the whole cursor (a source's watermark)
 
 
 class IndexStore:
@@ -120,6 +121,7 @@ class IndexStore:
         fresh: bool = False,
         prune: bool = False,
         rewritten: Sequence[PreparedPost] = (),
+        walk: Mapping[str, int] | None = None,
     ) -> int:
         """Upsert embedded posts, delete what the range no longer holds, checkpoint; return rows removed.
 
@@ -132,6 +134,8 @@ class IndexStore:
 
         ``rewritten``: rows whose text is unchanged but whose other columns are not (``backfill.rows``),
         rewritten in the same transaction, with no vector.
+
+        ``walk``: the source's watermark (``backfill.sources.Watermarked``), saved with the checkpoint.
         """
         keep_ids = sorted(set(keep))
         owner = owner_of(source_key)
@@ -164,7 +168,7 @@ class IndexStore:
             removed = cur.rowcount
             if cursor is not None:
                 done = {**stats, "removed": stats["removed"] + removed}
-                self._checkpoint(source_key, cursor, "running", done)
+                self._checkpoint(source_key, cursor, "running", done, walk)
         return removed
 
     def _ensure_stage(self) -> None:
@@ -268,9 +272,10 @@ class IndexStore:
             ).fetchone()
         if row is None:
             return None
-        cursor = row[0].get("post_id") if isinstance(row[0], dict) else None
+        saved = dict(row[0]) if isinstance(row[0], dict) else {}
+        cursor = saved.get("post_id")
         stats = {k: float(v) for k, v in (row[2] or {}).items() if isinstance(v, int | float)}
-        return Checkpoint(int(cursor) if cursor is not None else None, str(row[1]), stats)
+        return Checkpoint(int(cursor) if cursor is not None else None, str(row[1]), stats, saved)
 
     def start_run(self, source_key: str, *, fresh: bool) -> None:
         with self.conn.transaction():
@@ -279,27 +284,43 @@ class IndexStore:
                    VALUES (%s, '{}', 'running', %s, '{}', now(), now())
                    ON CONFLICT (source) DO UPDATE SET status = 'running', model = EXCLUDED.model,
                        finished_at = NULL, updated_at = now(),
-                       cursor = CASE WHEN %s THEN '{}'::jsonb ELSE backfill_state.cursor END,
+                       cursor = CASE WHEN %s THEN backfill_state.cursor - 'post_id' - 'top'
+                                ELSE backfill_state.cursor END,
                        stats = CASE WHEN %s THEN '{}'::jsonb ELSE backfill_state.stats END,
                        started_at = CASE WHEN %s THEN now() ELSE backfill_state.started_at END""",
                 (source_key, self.model, fresh, fresh, fresh),
             )
 
-    def _checkpoint(self, source_key: str, cursor: int, status: str, stats: Mapping[str, float]) -> None:
+    def _checkpoint(
+        self,
+        source_key: str,
+        cursor: int,
+        status: str,
+        stats: Mapping[str, float],
+        walk: Mapping[str, int] | None = None,
+    ) -> None:
         self.conn.execute(
             "UPDATE backfill_state SET cursor = %s, status = %s, stats = %s, updated_at = now() "
             "WHERE source = %s",
-            (json.dumps({"post_id": cursor}), status, json.dumps(dict(stats)), source_key),
+            (json.dumps({**(walk or {}), "post_id": cursor}), status, json.dumps(dict(stats)), source_key),
         )
 
-    def finish_run(self, source_key: str, status: str, summary: Mapping[str, object]) -> None:
-        """Record the outcome; ``done`` clears the cursor so the next run starts a fresh pass."""
+    def finish_run(
+        self,
+        source_key: str,
+        status: str,
+        summary: Mapping[str, object],
+        next_walk: Mapping[str, int] | None = None,
+    ) -> None:
+        """Record the outcome; ``done`` replaces the cursor by ``next_walk`` (the source's watermark, or
+        nothing) so the next run starts a fresh pass from there."""
         with self.conn.transaction():
             self.conn.execute(
                 "UPDATE backfill_state SET status = %s, stats = %s, finished_at = now(), updated_at = now(),"
-                " cursor = CASE WHEN %s = 'done' THEN '{}'::jsonb ELSE cursor END WHERE source = %s",
-                (status, json.dumps(dict(summary), default=str), status, source_key),
-            )
+                " cursor = CASE WHEN %s = 'done' THEN %s::jsonb ELSE cursor END WHERE source = %s",
+                (status, json.dumps(dict(summary), default=str), status, json.dumps(dict(next_walk or {})),
+                 source_key),
+            )  # fmt: skip
 
     # -- size, reindex ------------------------------------------------------------------------------
 

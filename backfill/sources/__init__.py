@@ -8,11 +8,15 @@ range sweep. It removes only rows its owner wrote (``owner_of``): an export neve
 forum's posts or another export's, unless the run is told to ``prune``. ``cursor`` is the batch's
 resume token (``hi`` going up, ``lo`` going down); the last one committed is the checkpoint, and
 ``read(cursor)`` resumes strictly past it.
+
+A source that can tell what changed since its last complete walk (``api``: Discourse lists posts newest
+first) is ``Watermarked``: its walk stops at the watermark kept with its checkpoint, so a new walk reads
+only the posts created since the last one (``docs/backfill.md``, "Incremental and bulk").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -90,4 +94,26 @@ class PostSource(Protocol):
     def categories(self) -> CategoryList | None:
         """The categories the source can describe (``backfill.categories``: a partial list never widens
         what is public), or None when it describes none."""
+        ...
+
+
+@runtime_checkable
+class Watermarked(Protocol):
+    """A source whose walk ends at a watermark saved with the checkpoint (``backfill_state.cursor``).
+
+    ``start`` gets what the last checkpoint saved (``{}`` the first time) before ``read``; ``walk`` is
+    saved with each page's checkpoint (so an interrupted walk resumes with the same bounds); ``next_walk``
+    is kept when the walk completes, and the next walk starts from it.
+    """
+
+    def start(self, saved: Mapping[str, object], *, full: bool) -> None:
+        """Set this walk's bounds from ``saved``; ``full`` ignores the watermark (the whole forum)."""
+        ...
+
+    def walk(self) -> dict[str, int]:
+        """This walk's bounds, saved with each page's checkpoint."""
+        ...
+
+    def next_walk(self) -> dict[str, int]:
+        """What the next walk starts from, kept once this one completes."""
         ...

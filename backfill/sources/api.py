@@ -1,14 +1,27 @@
 """Posts from the Discourse REST API, for hosted forums without a database replica.
 
-``GET /posts.json?before=N`` lists the latest posts with ids below N (newest first), so this source walks
-ids DOWNWARD: each page covers ``[lowest id on the page, previous lowest - 1]`` and its cursor is that
-lowest id. Discourse leaves out of that list what the API user may not see or what is deleted, hidden
-or in a private message, and the range sweep removes such posts from the index. Tags, the topic's
-archetype and visibility come from ``GET /t/{id}.json`` (cached per topic); category names and
-``read_restricted`` from ``GET /site.json``, and a category it lacks (lazy-loaded categories list only the
-caller's sidebar) from ``GET /c/{id}/show.json``, once. That list is partial: it never widens what is
-public (``backfill.categories``). Tags are kept only when an anonymous reader sees them: the API user
-(staff) also sees the tags of restricted tag groups, so ``GET /tag_groups.json`` says which those are
+``GET /posts.json?before=N`` lists the latest posts with ids below N, newest first, 50 a page
+(``PostsController#latest`` → ``LatestPostsQuery#public_posts``: ``Post.public_posts.visible``, regular
+post type, in ``Category.secured(guardian)``, ``ORDER BY id DESC``, ``PAGE_SIZE = 50``). So this source
+walks ids DOWNWARD: each page covers ``[lowest id on the page, previous lowest - 1]`` and its cursor is
+that lowest id. Discourse leaves out of that list what is deleted, hidden, a whisper or a small action,
+in a private message or an unlisted topic, and the range sweep removes such posts from the index. The
+API user is an admin, so the list also holds posts of read-restricted categories: those are recorded as
+restricted (``/site.json``) and never indexed (``backfill.evidence``).
+
+The walk is incremental (``Watermarked``): it stops at the highest post id of the last complete walk
+(``since``), so an hourly run reads the posts created since (one page per 50 new posts, plus one topic
+read per touched topic) and nothing else. The list is ordered by id, not by ``updated_at``: an edited
+old post never comes back in it (nor does an edit bump ``/latest.json``, except of a topic's last post:
+``PostRevisor#bump_topic``). Edits, deletions, hidden posts, moves and topic or category changes come
+through the webhook events (``backfill.incremental``); ``--full`` walks the whole forum again, in place,
+for what a missed event left behind.
+
+Tags, the topic's archetype and visibility come from ``GET /t/{id}.json`` (cached per topic); category
+names and ``read_restricted`` from ``GET /site.json``, and a category it lacks (lazy-loaded categories list
+only the caller's sidebar) from ``GET /c/{id}/show.json``, once. That list is partial: it never widens
+what is public (``backfill.categories``). Tags are kept only when an anonymous reader sees them: the API
+user (staff) also sees the tags of restricted tag groups, so ``GET /tag_groups.json`` says which those are
 (``backfill.tags``). Requests are paced to ``requests_per_minute`` and a 429 is retried after its
 ``Retry-After`` (or ``extras.wait_seconds``).
 """
@@ -18,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -60,6 +73,10 @@ class ApiSource:
         self._categories: dict[int, ForumCategory] | None = None
         self._looked_up: set[int] = set()
         self._hidden_tags: frozenset[str] | None = None
+        self._first: list[dict[str, Any]] | None = None  # the newest page, read for the estimate
+        # The walk's bounds (``start``): ids above ``since``; ``top`` is the newest post it listed.
+        self.since = 0
+        self.top: int | None = None
 
     @property
     def key(self) -> str:
@@ -69,30 +86,62 @@ class ApiSource:
         """What ``/site.json`` lists, and what the look-ups of this run found: a partial list."""
         return CategoryList(tuple(self._site_categories().values()), complete=False)
 
+    # -- the watermark (backfill.sources.Watermarked) ---------------------------------------------------
+
+    def start(self, saved: Mapping[str, object], *, full: bool) -> None:
+        """This walk reads ids above ``since`` (0: the whole forum) and, resumed, below the saved top."""
+        self.since = 0 if full else _int(saved.get("since"))
+        self.top = _int(saved.get("top")) or None
+
+    def walk(self) -> dict[str, int]:
+        return {"since": self.since, "top": self.top or self.since}
+
+    def next_walk(self) -> dict[str, int]:
+        """The next walk reads what is newer than the newest post this one listed."""
+        return {"since": max(self.since, self.top or 0)}
+
+    # -- reading -----------------------------------------------------------------------------------
+
     def estimate(self, cursor: int | None) -> int | None:
-        """Approximate: post ids left below the cursor (ids are dense on most forums)."""
+        """Approximate: post ids left between the watermark and the cursor (ids are dense on most
+        forums). Without a cursor the first page is read here and kept for ``read``."""
         if cursor is not None:
-            return max(0, cursor - 1)
-        posts = self._get("/posts.json").get("latest_posts") or []
-        return max((int(p["id"]) for p in posts), default=0)
+            return max(0, cursor - 1 - self.since)
+        self._first = self._latest(None)
+        return max(0, max((int(p["id"]) for p in self._first), default=0) - self.since)
 
     def read(self, cursor: int | None, *, batch_size: int) -> Iterator[SourceBatch]:
         # batch_size is Discourse's page (50 posts); the pipeline's page is what Discourse returns.
+        floor = self.since + 1
         hi: int | None = cursor - 1 if cursor is not None else None
-        while hi is None or hi >= 1:
-            params = {"before": hi + 1} if hi is not None else None
-            items = self._get("/posts.json", params).get("latest_posts") or []
-            items = [p for p in items if hi is None or int(p["id"]) <= hi]
-            if not items:
-                if hi is not None:  # nothing left below: the rest of the range is empty
-                    yield SourceBatch((), 1, hi, 1)
+        while hi is None or hi >= floor:
+            items = [p for p in self._latest(hi) if hi is None or int(p["id"]) <= hi]
+            newer = [p for p in items if int(p["id"]) >= floor]
+            if not newer:
+                if hi is not None:  # nothing left above the watermark: the rest of the range is empty
+                    yield SourceBatch((), floor, hi, floor)
                 return
             # In walking order (newest first), so a page cut by --limit keeps its upper part.
-            posts = tuple(sorted((self._post(p) for p in items), key=lambda p: -p.post_id))
-            lo = posts[-1].post_id
+            posts = tuple(sorted((self._post(p) for p in newer), key=lambda p: -p.post_id))
             top = hi if hi is not None else posts[0].post_id
+            if self.top is None:
+                self.top = top
+            # A page that reaches the watermark covers the range down to it: the walk ends there.
+            reached = len(newer) < len(items)
+            lo = floor if reached else posts[-1].post_id
             yield SourceBatch(posts, lo, top, lo)
-            hi = lo - 1
+            if reached:
+                return
+            hi = posts[-1].post_id - 1
+
+    def _latest(self, hi: int | None) -> list[dict[str, Any]]:
+        """One page of ``GET /posts.json`` below ``hi + 1`` (the newest without ``hi``)."""
+        if hi is None and self._first is not None:
+            first, self._first = self._first, None
+            return first
+        params = {"before": hi + 1} if hi is not None else None
+        items = self._get("/posts.json", params).get("latest_posts") or []
+        return [p for p in items if isinstance(p, dict) and "id" in p]
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -202,3 +251,11 @@ class ApiSource:
         if not isinstance(data, dict):
             raise ServiceUnavailableError(f"GET {path}: unexpected JSON", service=SERVICE)
         return data
+
+
+def _int(value: object) -> int:
+    """A saved cursor value as an int (0 when absent or unreadable)."""
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0

@@ -3,6 +3,12 @@ app the e2e tests, the soak and the forum contract suite talk to, seeded with th
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -154,7 +160,11 @@ def test_backfill_over_the_api_removes_what_the_forum_no_longer_lists(double: Do
         http.put(
             "/posts/102.json", json={"post": {"raw": "Raise the depth bias and the slope bias."}}
         ).raise_for_status()
-    second = run_backfill(database, make_source(double, sleeps), embedder, options)
+    # The incremental walk sees neither (an old post's edit or deletion comes through the webhooks);
+    # --full walks the whole forum again and does.
+    assert run_backfill(database, make_source(double, sleeps), embedder, options).seen == 0
+    full = dataclasses.replace(options, full=True)
+    second = run_backfill(database, make_source(double, sleeps), embedder, full)
     assert (second.seen, second.embedded, second.skipped, second.removed) == (8, 1, 4, 1)
     with psycopg.connect(db_url) as conn:
         ids = [r[0] for r in conn.execute("SELECT post_id FROM post_index ORDER BY post_id")]
@@ -197,3 +207,149 @@ def test_categories_a_lazy_site_list_lacks_are_looked_up_and_staff_tags_dropped(
         tags = dict(conn.execute("SELECT post_id, tags FROM post_index").fetchall())
     assert tags[201] == []  # topic 2's "bullet" is staff only
     assert tags[101] == ["rendering"]
+
+
+# -- the incremental walk (issue 33, finding 4) ------------------------------------------------------
+
+ADMIN = {"Api-Key": KEY, "Api-Username": "system"}
+
+
+def _new_posts(double: Double, topic_ids: list[int]) -> list[int]:
+    """One new reply in each of ``topic_ids`` (as the admin); their post ids."""
+    ids = []
+    with httpx.Client(base_url=double.url, headers=ADMIN, timeout=10) as http:
+        for n, topic_id in enumerate(topic_ids):
+            raw = f"A new answer number {n} about topic {topic_id}: try the other setting."
+            response = http.post("/posts.json", json={"topic_id": topic_id, "raw": raw})
+            response.raise_for_status()
+            ids.append(int(response.json()["id"]))
+    return ids
+
+
+def _index(db_url: str) -> tuple[int | None, str, list[int]]:
+    """The vector index's oid and state, and the indexed post ids."""
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT c.oid, i.indisvalid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
+            " WHERE c.relname = 'post_index_embedding_hnsw'"
+        ).fetchone()
+        ids = [int(r[0]) for r in conn.execute("SELECT post_id FROM post_index ORDER BY post_id")]
+    if row is None:
+        return None, "missing", ids
+    return int(row[0]), "valid" if row[1] else "invalid", ids
+
+
+def _recall_by_index(db_url: str, embedder: FakeEmbedder, text: str) -> list[int]:
+    """Nearest posts to ``text`` through the HNSW index (sequential scans off): recall works."""
+    vector = "[" + ",".join(str(float(x)) for x in embedder.embed([text])[0]) + "]"
+    with psycopg.connect(db_url) as conn:
+        conn.execute("SET enable_seqscan = off")
+        plan = " ".join(
+            str(r[0])
+            for r in conn.execute(
+                "EXPLAIN SELECT post_id FROM post_index ORDER BY embedding <=> %s::halfvec LIMIT 3", (vector,)
+            )
+        )
+        assert "post_index_embedding_hnsw" in plan
+        rows = conn.execute(
+            "SELECT post_id FROM post_index ORDER BY embedding <=> %s::halfvec LIMIT 3", (vector,)
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def test_an_incremental_run_reads_only_the_new_posts_and_keeps_the_index(double: Double, db_url: str) -> None:
+    """Finding 4: over an indexed forum, the scheduled `--source api` run re-read every post through the
+    60-a-minute API, dropped the vector index and rebuilt it. It reads the posts created since its last
+    walk, embeds only them, and writes them into the live index."""
+    embedder = FakeEmbedder(model="test-model")
+    database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
+    options = BackfillOptions(batch_size=2, progress=False)
+    first = run_backfill(database, make_source(double, []), embedder, options)
+    assert (first.seen, first.embedded) == (9, 6)  # into an empty table: a bulk load
+    oid, state, _ = _index(db_url)
+    assert state == "valid"
+    new = _new_posts(double, [1, 2, 2])
+    texts_before, calls_before = embedder.texts_embedded, len(double.app.calls)
+
+    second = run_backfill(database, make_source(double, []), embedder, options)
+
+    calls = double.app.calls[calls_before:]
+    assert (second.seen, second.embedded, second.skipped) == (3, 3, 0)
+    assert embedder.texts_embedded - texts_before == 3  # nothing unchanged is embedded again
+    # One page of /posts.json (4 a page here: 3 new posts and one already walked), one read per touched
+    # topic, and the run's /site.json and /tag_groups.json: no post below the watermark is read.
+    assert sorted(c.path for c in calls) == [
+        "/posts.json", "/site.json", "/t/1.json", "/t/2.json", "/tag_groups.json",
+    ]  # fmt: skip
+    assert _index(db_url) == (oid, "valid", [101, 102, 103, 201, 202, 203, *new])
+    with psycopg.connect(db_url) as conn:
+        saved = conn.execute("SELECT cursor, status FROM backfill_state WHERE source = 'api'").fetchone()
+    assert saved == ({"since": max(new)}, "done")
+    third = run_backfill(database, make_source(double, []), embedder, options)
+    assert (third.seen, third.embedded) == (0, 0)
+
+
+KILLABLE = """
+import sys
+from backfill.run import BackfillOptions, run_backfill
+from backfill.sources.api import ApiSource
+import httpx
+from worker.budget import ApiBudget
+from worker.settings import DatabaseSettings, DiscourseSettings
+from worker.testing.models import FakeEmbedder
+
+url, db_url, key = sys.argv[1:4]
+settings = DiscourseSettings(base_url=url, api_key=key, site_api_limit_per_minute=10_000,
+                             api_requests_per_minute=6000, api_burst=100)
+source = ApiSource(httpx.Client(timeout=10), settings, budget=ApiBudget(settings))
+run_backfill(DatabaseSettings(url=db_url), source, FakeEmbedder(model="test-model"),
+             BackfillOptions(batch_size=2, progress=False))
+"""
+
+
+def test_a_killed_incremental_run_leaves_the_index_valid_and_the_rerun_resumes(
+    double: Double, db_url: str
+) -> None:
+    """kill -9 in the middle of an incremental walk: the vector index stays valid and recall uses it
+    throughout; the next run resumes below the last committed page and embeds only what is left."""
+    embedder = FakeEmbedder(model="test-model")
+    database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
+    options = BackfillOptions(batch_size=2, progress=False)
+    run_backfill(database, make_source(double, []), embedder, options)
+    oid, _, _ = _index(db_url)
+    new = _new_posts(double, [1, 2] * 6)  # 12 new posts: three pages of 4
+    double.app.faults.update({"latency_s": 0.3})  # slow enough to stop between pages
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLABLE, double.url, db_url, KEY],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    try:
+        saved: dict[str, object] = {}
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            for _ in range(300):  # until the first page is committed with its checkpoint
+                row = conn.execute("SELECT cursor FROM backfill_state WHERE source = 'api'").fetchone()
+                saved = row[0] if row else {}
+                if "post_id" in saved:
+                    break
+                time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(10)
+    assert "post_id" in saved, "the run ended before it could be stopped"
+    double.app.faults.update({"latency_s": 0.0})
+    killed_oid, state, ids = _index(db_url)
+    written = sorted(set(ids) & set(new))
+    assert (killed_oid, state) == (oid, "valid")
+    assert 0 < len(written) < len(new)  # stopped in the middle
+    assert _recall_by_index(db_url, embedder, "Shadows flicker on my terrain.")[0] == 101
+
+    rerun = run_backfill(database, make_source(double, []), embedder, options)
+    assert rerun.resumed_from is not None
+    assert rerun.resumed_from <= min(written)
+    assert rerun.embedded == len(new) - len(written)  # nothing written before is embedded again
+    assert _index(db_url) == (oid, "valid", sorted({101, 102, 103, 201, 202, 203, *new}))
+    with psycopg.connect(db_url) as conn:
+        after = conn.execute("SELECT cursor, status FROM backfill_state WHERE source = 'api'").fetchone()
+    assert after == ({"since": max(new)}, "done")

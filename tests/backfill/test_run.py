@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import subprocess
+import sys
 import threading
 
 import psycopg
@@ -229,13 +231,20 @@ def test_a_second_run_of_the_same_source_is_refused_while_one_holds_the_lock(
     database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource(corpus(4))
+    run_backfill(database, source, embedder, dataclasses.replace(options, limit=1))  # a live index
+    refused = FakeEmbedder(model=TEST_MODEL)
     with BackfillLock(db_url, source.key), pytest.raises(BackfillBusyError) as info:
-        run_backfill(database, source, embedder, options)
+        run_backfill(database, source, refused, options)
     assert "another backfill of source 'memory' is running" in str(info.value)
-    assert embedder.calls == []
-    assert indexed(db_url) == {}
-    with BackfillLock(db_url, "file:/x"), pytest.raises(BackfillBusyError, match="a backfill is running"):
-        run_backfill(database, source, embedder, dataclasses.replace(options, reindex=True))
+    assert refused.calls == []
+    assert sorted(indexed(db_url)) == [1]
+    # A bulk load (or a reindex) runs alone: it drops the vector index that other runs write into.
+    for bulk in (dataclasses.replace(options, reindex=True), dataclasses.replace(options, bulk=True)):
+        with BackfillLock(db_url, "file:/x"), pytest.raises(BackfillBusyError, match="a backfill is running"):
+            run_backfill(database, source, refused, bulk)
+    with BackfillLock(db_url, "file:/x", exclusive=True), pytest.raises(BackfillBusyError, match="bulk"):
+        run_backfill(database, source, refused, options)
+    assert refused.calls == []
 
 
 class Slow(FakeEmbedder):
@@ -307,13 +316,13 @@ def test_fresh_page_falls_back_to_the_upsert_when_a_row_appeared_meanwhile(db_ur
     assert sorted(indexed(db_url)) == [1, 2, 3]
 
 
-def test_large_load_into_a_live_table_rebuilds_the_index_concurrently(
+def test_a_bulk_load_into_a_live_table_rebuilds_the_index_concurrently(
     database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
 ) -> None:
     source = MemorySource(corpus(12))
     run_backfill(database, source, embedder, dataclasses.replace(options, limit=2))
-    summary = run_backfill(database, source, embedder, options)  # 10 left > 2 x 2 indexed: bulk
-    assert summary.index_build_s > 0
+    summary = run_backfill(database, source, embedder, dataclasses.replace(options, bulk=True))
+    assert (summary.bulk, summary.index_build_s > 0) == (True, True)
     with psycopg.connect(db_url) as conn:
         valid = conn.execute(
             "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
@@ -336,14 +345,17 @@ def test_a_small_run_updates_the_live_index_in_place(
     run_backfill(database, source, embedder, dataclasses.replace(options, limit=10))
     before = _index_oid(db_url)
     assert before is not None
-    # 50 posts are left (> 2 x 10 indexed), but this run reads only 5 of them: no drop, no rebuild.
     small = run_backfill(database, source, embedder, dataclasses.replace(options, limit=5))
     assert (small.seen, small.index_build_s) == (5, 0)
     assert _index_oid(db_url) == before
     assert len(indexed(db_url)) == 15
-    # The rest is a bulk load again (45 > 2 x 15): dropped and built once, concurrently.
+    # 45 posts left, three times the table: still written in place, never dropped without --bulk.
     rest = run_backfill(database, source, embedder, options)
-    assert rest.index_build_s > 0
+    assert (rest.seen, rest.bulk, rest.index_build_s) == (45, False, 0)
+    assert _index_oid(db_url) == before
+    # Only an explicit bulk load drops it, and builds it again once, concurrently.
+    bulk = run_backfill(database, source, embedder, dataclasses.replace(options, bulk=True))
+    assert bulk.index_build_s > 0
     assert _index_oid(db_url) not in (None, before)
 
 
@@ -371,3 +383,57 @@ def test_limit_cuts_a_page_keeping_its_coverage_in_both_directions() -> None:
     assert (lambda b: (b.lo, b.hi, b.cursor, len(b.posts)))(_cut(up, 2)) == (3, 6, 6, 2)
     down = SourceBatch(tuple(make_post(i) for i in (9, 8, 7)), lo=7, hi=12, cursor=7)
     assert (lambda b: (b.lo, b.hi, b.cursor, len(b.posts)))(_cut(down, 2)) == (8, 12, 8, 2)
+
+
+def _cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"CITEBOT_DATABASE__URL": db_url, "CITEBOT_EMBEDDINGS__MODEL": TEST_MODEL}
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", *args],
+        env={**env, "CITEBOT_EMBEDDINGS__DIMENSION": "8", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_an_interrupted_bulk_load_gets_its_index_back_from_the_next_run_even_an_interrupted_one(
+    database: DatabaseSettings, db_url: str, options: BackfillOptions
+) -> None:
+    """Finding 4: a stopped bulk load left the vector index missing until some later run COMPLETED (the
+    hourly job, itself a bulk load over the API, never did). The next run builds it before anything else,
+    so even a run stopped in its turn leaves it valid."""
+    source = MemorySource(corpus(20))
+    with pytest.raises(BackfillInterrupted):  # into an empty table: a bulk load, stopped
+        run_backfill(database, source, Interrupting(at_call=3), options)
+    assert _index_oid(db_url) is None
+    status = _cli(db_url, "db", "status")
+    assert status.returncode == 1
+    assert "the vector index is missing" in status.stdout
+    assert "citebot backfill --build-index" in status.stdout
+    with pytest.raises(BackfillInterrupted) as info:  # the next run, stopped too
+        run_backfill(database, source, Interrupting(at_call=2), options)
+    assert info.value.summary.index_build_s > 0
+    assert _index_oid(db_url) is not None
+    assert _cli(db_url, "db", "status").returncode == 0
+    rest = run_backfill(database, source, FakeEmbedder(model=TEST_MODEL), options)
+    assert (rest.status, rest.index_build_s) == ("done", 0)
+    assert sorted(indexed(db_url)) == list(range(1, 21))
+
+
+def test_build_index_builds_a_missing_index_and_is_refused_during_a_bulk_load(
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
+) -> None:
+    run_backfill(database, MemorySource(corpus(6)), embedder, options)
+    with psycopg.connect(db_url) as conn:
+        conn.execute("DROP INDEX post_index_embedding_hnsw")
+    with BackfillLock(db_url, "file:/x", exclusive=True):  # a bulk load holds it dropped
+        busy = _cli(db_url, "backfill", "--build-index")
+    assert busy.returncode == 1
+    assert "bulk" in busy.stderr
+    assert _index_oid(db_url) is None
+    built = _cli(db_url, "backfill", "--build-index")
+    assert built.returncode == 0, built.stderr
+    assert "vector index built" in built.stdout
+    assert _index_oid(db_url) is not None
+    assert "nothing to do" in _cli(db_url, "backfill", "--build-index").stdout

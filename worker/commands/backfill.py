@@ -17,7 +17,7 @@ from worker.seams import BACKFILL, resolve
 from worker.settings import Settings
 
 NAME = "backfill"
-HELP = "fill or refresh the post index (resumable; see docs/backfill.md)"
+HELP = "fill or refresh the post index (incremental and resumable; --bulk to load; see docs/backfill.md)"
 
 
 def register(group: argparse.ArgumentParser) -> None:
@@ -36,6 +36,24 @@ def register(group: argparse.ArgumentParser) -> None:
         "--reindex",
         action="store_true",
         help="empty the index and rebuild it with the configured model and dimension",
+    )
+    group.add_argument(
+        "--bulk",
+        action="store_true",
+        help="a bulk load: drop the vector index, load, build it at the end (runs alone; recall scans "
+        "the table meanwhile; if stopped, the next run builds the index). Without it a run writes into "
+        "the live index in place",
+    )
+    group.add_argument(
+        "--full",
+        action="store_true",
+        help="--source api: walk the whole forum again (in place; unchanged posts cost no embedding), "
+        "not only the posts created since the last walk",
+    )
+    group.add_argument(
+        "--build-index",
+        action="store_true",
+        help="only build the vector index if it is missing or invalid (what every run does first)",
     )
     group.add_argument(
         "--prune",
@@ -72,15 +90,18 @@ def _backfill(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         print("citebot: --limit must be at least 1", file=sys.stderr)
         return 2
-    if args.source is None and not args.excerpts:
-        print("citebot: --source is required (or --excerpts alone)", file=sys.stderr)
+    if args.source is None and not (args.excerpts or args.build_index):
+        print("citebot: --source is required (or --excerpts or --build-index alone)", file=sys.stderr)
+        return 2
+    if args.full and args.source != "api":
+        print("citebot: --full walks the forum's API again: use it with --source api", file=sys.stderr)
         return 2
     if (args.excerpts or args.reindex_excerpts) and not settings.excerpt_embeddings.enabled:
         print("citebot: --excerpts needs CITEBOT_EXCERPT_EMBEDDINGS__MODEL", file=sys.stderr)
         return 2
     if args.enqueue:
         return _enqueue(settings, args)
-    preflight(settings, index=not args.reindex)
+    preflight(settings, index=not (args.reindex or args.build_index))
     # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -95,9 +116,10 @@ def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
     from worker.actors import declare_actors, enqueue_only
     from worker.broker import build_broker
 
-    if args.reindex or args.limit is not None or args.public_export:
+    if args.reindex or args.bulk or args.full or args.limit is not None or args.public_export:
         print(
-            "citebot: --enqueue runs a plain incremental backfill (no --reindex, --limit or --public-export)",
+            "citebot: --enqueue runs a plain incremental backfill "
+            "(no --reindex, --bulk, --full, --limit or --public-export)",
             file=sys.stderr,
         )
         return 2

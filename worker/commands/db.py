@@ -8,7 +8,7 @@ from worker.commands.common import settings_from
 from worker.db.connect import connect
 from worker.db.meta import read_index_meta
 from worker.db.migrate import migrate, pending
-from worker.db.vector_index import read_kind, read_memory
+from worker.db.vector_index import index_state, read_kind, read_memory
 
 NAME = "db"
 HELP = "database schema: migrate, status"
@@ -55,11 +55,20 @@ def _status(args: argparse.Namespace) -> int:
         row = conn.execute("SELECT count(*) FROM post_index").fetchone()
         posts = int(row[0]) if row else 0
         memory = read_memory(conn, read_kind(conn))
+        state = index_state(conn)
     print(f"schema up to date; index: {meta.model} ({meta.dimension}-d, {meta.strategy}), {posts} posts")
     print(
-        f"vector index {memory.index}: {memory.index_bytes / 2**20:.1f} MiB; shared_buffers "
+        f"vector index {memory.index}: {state}, {memory.index_bytes / 2**20:.1f} MiB; shared_buffers "
         f"{memory.shared_buffers_bytes / 2**20:.0f} MiB; huge pages {memory.huge_pages}"
     )
     for advice in memory.advice():
         print(f"warning: {advice} (docs/operations.md, 'Sizing the index')")
+    if state != "valid":
+        # Missing: a bulk load dropped it (running, or stopped before its end); invalid: a failed build.
+        print(
+            f"warning: the vector index is {state}: recall scans the whole table. A running bulk load "
+            "builds it when it ends; otherwise the next backfill run builds it, or now: "
+            "citebot backfill --build-index"
+        )
+        return 1
     return 0

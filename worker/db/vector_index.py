@@ -82,6 +82,20 @@ def read_kind(conn: psycopg.Connection) -> VectorIndexKind:
     return kind
 
 
+def index_state(conn: psycopg.Connection) -> str:
+    """``valid``, ``invalid`` (a failed concurrent build, or one still running) or ``missing`` (a bulk
+    load dropped it and has not built it yet, or was stopped before it could)."""
+    with conn.transaction():
+        row = conn.execute(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = %s AND pg_table_is_visible(c.oid)",
+            (INDEX_NAMES[read_kind(conn)],),
+        ).fetchone()
+    if row is None:
+        return "missing"
+    return "valid" if row[0] else "invalid"
+
+
 def drop_vector_indexes(conn: psycopg.Connection) -> None:
     """Drop the vector index of either kind (a bulk load or a reindex builds it again afterwards)."""
     for name in INDEX_NAMES.values():

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
@@ -139,13 +140,18 @@ def read_routes(forum: ForumApp) -> list[Route]:
         return JSONResponse(post_json(post, guardian=guardian, suppress_quoting=suppress))
 
     async def latest_posts(request: Request) -> Response:
-        """``GET /posts.json[?before=id]``: the newest public posts below ``before`` (a page of
-        ``latest_posts_page``), with raw, in the categories the caller may see."""
+        """``GET /posts.json[?before=id]`` (``PostsController#latest`` → ``LatestPostsQuery#public_posts``):
+        the newest regular posts below ``before`` (``before`` <= 0 is ignored), ``ORDER BY id DESC``, a page
+        of ``latest_posts_page`` (``PAGE_SIZE = 50``), in the categories the caller may see, serialized
+        with ``add_raw``, ``add_excerpt`` and ``add_title`` (``topic_title``, ``topic_html_title``,
+        ``category_id``). Edits do not bring a post back: the order is by id only."""
         seen = await viewer(request)
         if isinstance(seen, Response):
             return seen
         _, guardian = seen
         before = int_param(request.query_params.get("before"))
+        if before is not None and before <= 0:
+            before = None
         allowed = None if guardian.is_admin else sorted(guardian.allowed_category_ids())
         rows = await run_in_threadpool(
             lambda: forum.store.latest_posts(before, forum.config.latest_posts_page, category_ids=allowed)
@@ -154,7 +160,10 @@ def read_routes(forum: ForumApp) -> list[Route]:
         posts = []
         for row in rows:
             data = post_json(row, guardian=guardian, suppress_quoting=suppress)
+            data["topic_title"] = row["topic_title"]
+            data["topic_html_title"] = html.escape(str(row["topic_title"] or ""), quote=False)
             data["category_id"] = row["category_id"]
+            data["excerpt"] = _excerpt(str(row["plain"] or ""))
             posts.append(data)
         return JSONResponse({"latest_posts": posts})
 
@@ -274,3 +283,9 @@ def read_routes(forum: ForumApp) -> list[Route]:
         Route("/notifications.json", wrap(notifications), methods=["GET"]),
         Route("/u/{username}.json", wrap(user_profile), methods=["GET"]),
     ]
+
+
+def _excerpt(plain: str, length: int = 300) -> str:
+    """``Post#excerpt`` at ``post_excerpt_maxlength`` (300): the text, cut with an ellipsis entity."""
+    text = html.escape(" ".join(plain.split()), quote=False)
+    return text if len(text) <= length else text[:length] + "&hellip;"

@@ -289,15 +289,16 @@ class ForumStore:
     def latest_posts(
         self, before: int | None, limit: int = 50, *, category_ids: Sequence[int] | None = None
     ) -> list[Row]:
-        """``PostsController#latest``: ``Post.public_posts.visible`` of type regular, newest first, in the
-        categories ``category_ids`` (``Category.secured(guardian)``; None: every category, an admin's).
-        A topic without a category is uncategorized, public."""
+        """``LatestPostsQuery#public_posts``: ``Post.public_posts.visible`` of type regular, newest first,
+        in the categories ``category_ids`` (``where(categories: {id: Category.secured(guardian)})``; None:
+        every category, an admin's). That condition is on the joined category, so a topic without one is
+        left out, for an admin too."""
         with self.connection() as conn:
             return conn.execute(
                 f"SELECT {_POST_COLUMNS} FROM {_POST_FROM}"  # noqa: S608
                 " WHERE p.deleted_at IS NULL AND NOT p.hidden AND p.post_type = 1 AND t.deleted_at IS NULL"
                 " AND t.visible AND t.archetype = 'regular' AND (%s::bigint IS NULL OR p.id < %s)"
-                " AND (%s::bigint[] IS NULL OR t.category_id IS NULL OR t.category_id = ANY(%s))"
+                " AND t.category_id IS NOT NULL AND (%s::bigint[] IS NULL OR t.category_id = ANY(%s))"
                 " ORDER BY p.id DESC LIMIT %s",
                 (before, before, category_ids, category_ids, limit),
             ).fetchall()

@@ -201,6 +201,27 @@ def test_latest_posts_follow_the_callers_categories(forum: tuple[ForumApp, TestC
     assert ids("citebot") == {10, 11, 12, 13, 14}
 
 
+def test_latest_posts_page_by_id_with_the_fields_the_api_backfill_reads(
+    forum: tuple[ForumApp, TestClient],
+) -> None:
+    """``LatestPostsQuery#public_posts``: ``ORDER BY id DESC``, ``posts.id < before`` (``before`` <= 0
+    ignored), ``where(categories: {id: Category.secured(guardian)})`` on the joined category, so a topic
+    without one is left out even for an admin; ``add_raw``, ``add_excerpt``, ``add_title``."""
+    app, http = forum
+    admin = as_user("citebot")
+    body = http.get("/posts.json", headers=admin).json()["latest_posts"]
+    ids = [p["id"] for p in body]
+    assert ids == sorted(ids, reverse=True)
+    assert {"raw", "excerpt", "topic_title", "topic_html_title", "category_id", "topic_slug"} <= set(body[0])
+    below = http.get("/posts.json", headers=admin, params={"before": ids[1]}).json()["latest_posts"]
+    assert [p["id"] for p in below] == ids[2:]
+    assert http.get("/posts.json", headers=admin, params={"before": 0}).json()["latest_posts"] == body
+    with app.store.connection() as conn:
+        conn.execute("UPDATE forum.topics SET category_id = NULL WHERE id = 10")
+    after = http.get("/posts.json", headers=admin).json()["latest_posts"]
+    assert 10 not in {p["topic_id"] for p in after}
+
+
 def test_site_json_lists_the_categories_the_caller_may_see(make: Make) -> None:
     """app/models/site.rb ``categories``: ``can_see_serialized_category?`` for each cached category."""
     _, http = make()
