@@ -48,11 +48,11 @@ def _as_admin(stack: Stack, method: str, path: str, body: dict[str, Any] | None 
     return r.json()
 
 
-def _api_backfill(stack: Stack) -> None:
+def _api_backfill(stack: Stack, *extra: str) -> None:
     """``citebot backfill --source api`` as the bot (an admin of the double), as cron would run it."""
     env = {**os.environ, **{k: v for k, v in stack.env.items() if k.startswith("CITEBOT_")}}
     done = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "backfill", "--source", "api", "--progress", "log"],
+        [sys.executable, "-m", "worker.cli", "backfill", "--source", "api", "--progress", "log", *extra],
         env=env,
         capture_output=True,
         text=True,
@@ -208,9 +208,10 @@ def test_an_anonymized_author_leaves_the_index(db_url: str, redis_url: str, tmp_
         bob = stack.forum.store.user("bob")
         assert bob is not None
         anon = _as_admin(stack, "PUT", f"/admin/users/{bob.id}/anonymize.json")["username"]
-        # Anonymizing sends no webhook: the next scheduled backfill rewrites the rows (same text, no
-        # embedding), where a digest of the text alone kept the old name.
-        _api_backfill(stack)
+        # Anonymizing sends no webhook, and the hourly incremental walk reads only new posts: the next
+        # full walk rewrites the rows (same text, no embedding), where a digest of the text alone kept
+        # the old name.
+        _api_backfill(stack, "--full")
         with psycopg.connect(stack.db_url) as conn:
             names = dict(conn.execute("SELECT post_id, username FROM post_index").fetchall())
         assert "bob" not in names.values()
