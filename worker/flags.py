@@ -12,8 +12,9 @@ names are accepted too), ``citebot_min_trust_level`` (an enum of ``TrustLevelSet
 - when a read fails, the last values read hold (the failure is logged and counted) and the read is tried
   again after ``retry_failed_s``, not on every job, so a struggling admin API is not hammered;
 - before any successful read the values are not known (``FlagState.known`` is False, origin
-  ``defaults``): the answer path holds the question (state ``held``) and retries it rather than decide
-  on a guess; the defaults (everything off, the cautious summon rules) only fill the snapshot;
+  ``defaults``) unless ``enabled`` is pinned by an override: the answer path holds the question (state
+  ``held``) and retries it rather than decide on a guess; the defaults (everything off, the cautious
+  summon rules) only fill the snapshot;
 - a refused credential at start-up (401/403, or the 404 Discourse answers on ``/admin/`` to a wrong
   key or a non-admin) stops the worker (``check_access``), since no later read can succeed;
 - an ``override_*`` setting (``CITEBOT_FLAGS__OVERRIDE_RERANK=false``,
@@ -116,8 +117,10 @@ class FlagState:
     @property
     def known(self) -> bool:
         """May these values decide a question? Yes once a read succeeded (now or earlier: the last-known
-        values), or when an override pins every flag and summon rule; before that they are a guess."""
-        return self.origin != "defaults" or set(self.overridden) >= {*FLAG_NAMES, *SUMMON_NAMES}
+        values), or when ``enabled`` is pinned by an override (the operator took the flags into the
+        environment: a bot that is not an admin, an incident; the flags not pinned are off, the summon
+        rules the cautious defaults). Otherwise they are a guess."""
+        return self.origin != "defaults" or "enabled" in self.overridden
 
     def trace(self) -> dict[str, object]:
         return {
@@ -197,16 +200,20 @@ def flag_name(name: str) -> str:
     return short
 
 
-def check_access(source: SettingsSource) -> None:
+def check_access(source: SettingsSource, settings: FlagsSettings) -> None:
     """At start-up: read the plugin's settings once. A refused credential raises ConfigError, one line
     naming the cause, so that the worker stops instead of holding every question: 401/403, or 404,
     which is what Discourse answers on ``/admin/`` for a wrong key or a user who is not an admin (its
     AdminConstraint rescues InvalidAccess and matches no route: lib/admin_constraint.rb). Any other
     failure (the forum restarting, a 5xx, a timeout) is logged and left to the reader, which holds
-    questions until a read succeeds."""
+    questions until a read succeeds. With ``enabled`` pinned in the environment the settings are not
+    needed (a bot that is not an admin), and a refusal is only logged."""
     try:
         source(PLUGIN_SETTING_NAMES)
     except (AuthError, NotFoundError) as exc:
+        if settings.override_enabled is not None:
+            log.warning("site settings unreadable (%s); the flags come from the environment", exc)
+            return
         raise ConfigError(
             f"the citebot site settings cannot be read ({exc}): CITEBOT_DISCOURSE__API_KEY must be a "
             "valid key and CITEBOT_DISCOURSE__API_USERNAME an admin"

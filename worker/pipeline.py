@@ -606,11 +606,11 @@ class AnswerPipeline:
             "error": detail,
             "trace": self._trace_dict(trace, kind="policy"),
         }
+        undecided: list[answers.AnswerState] = ["queued", "retrieved"]
         if notice is not None:
-            open_ = ["queued", "retrieved"]
-            answers.transition(conn, post_id, open_, "generated", reply_raw=notice, **fields)
+            answers.transition(conn, post_id, undecided, "generated", reply_raw=notice, **fields)
             return self._post(conn, post_id, resumed=False)
-        answers.transition(conn, post_id, ["queued", "retrieved"], "denied", **fields)
+        answers.transition(conn, post_id, undecided, "denied", **fields)
         return Outcome(post_id, "denied", reason)
 
     def _notice(self, post: ForumPost, kind: NoticeKind) -> str:

@@ -26,6 +26,7 @@ from worker.errors import (
 )
 from worker.flags import FlagReader, check_access
 from worker.limits import RateLimiter
+from worker.settings import FlagsSettings
 from worker.testing.chat import FakeChatModel
 
 pytestmark = pytest.mark.integration
@@ -88,6 +89,17 @@ def test_a_question_asked_before_the_flags_could_be_read_is_held_then_answered(w
     assert len(world.forum.created) == 1
 
 
+def test_with_enabled_pinned_in_the_environment_unreadable_settings_hold_nothing(
+    db_url: str, redis_url: str
+) -> None:
+    # A bot that is not an admin cannot read the settings at all; its operator pins the flags.
+    chat = FakeChatModel(default="Raise the shadow bias [[1]].")
+    for world in build_world(db_url, redis_url, chat, flags={"override_enabled": True}):
+        world.forum.fail_settings = NotFoundError("not_found", service="discourse", status=404)
+        world.ask(924, 1, QUESTION)
+        assert world.pipeline.run(924).state == "posted"
+
+
 def test_after_one_good_read_a_failing_read_keeps_the_last_known_flags(world: World) -> None:
     t = _clocked(world)
     world.ask(922, 1, QUESTION)
@@ -121,14 +133,17 @@ def test_a_refused_credential_at_start_up_is_a_configuration_error_an_outage_is_
 
         return read
 
+    flags = FlagsSettings()
     for refused in (
         AuthError("invalid_access", service="discourse", status=403),
         NotFoundError("not_found", service="discourse", status=404),  # a wrong key on /admin/ routes
     ):
         with pytest.raises(ConfigError, match="CITEBOT_DISCOURSE__API_KEY"):
-            check_access(failing(refused))
-    check_access(failing(ServiceUnavailableError("bad gateway", service="discourse", status=502)))
-    check_access(lambda names: {})
+            check_access(failing(refused), flags)
+        # A bot that is not an admin, its flags pinned in the environment: the settings are not needed.
+        check_access(failing(refused), FlagsSettings(override_enabled=True))
+    check_access(failing(ServiceUnavailableError("bad gateway", service="discourse", status=502)), flags)
+    check_access(lambda names: {}, flags)
 
 
 # -- finding 3: policy "no"s are recorded, with the notice the admin chose ---------------------------

@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     from worker.flags import check_access
 
     try:
-        check_access(rt.forum.at("background").get_site_settings)
+        check_access(rt.forum.at("background").get_site_settings, settings.flags)
     except ConfigError:
         broker.close()
         runtime.close()
