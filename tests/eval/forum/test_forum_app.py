@@ -178,6 +178,28 @@ def test_likes_and_accepted_answers_are_served_as_discourse_does(empty_db_url: s
         store.close()
 
 
+def test_a_user_api_key_acts_as_its_member_with_its_own_limit(http: TestClient, forum: ForumApp) -> None:
+    """default_current_user_provider.rb: ``User-Api-Key`` acts as the key's member, counts against the
+    key's max_user_api_reqs_per_minute (20), never the site-wide admin-API limiter; unknown key: 403."""
+    added = http.post("/__forum/users", headers=as_user("system"), json={"username": "erin"})
+    assert added.status_code == 200
+    minted = http.post("/__forum/user-api-keys", headers=as_user("system"), json={"username": "erin"})
+    key = {"User-Api-Key": minted.json()["key"]}
+    admin_calls = forum.api_limiter.performed
+    body = {"topic_id": 10, "raw": "Erin asks about precision qualifiers on Android."}
+    posted = http.post("/posts.json", headers=key, json=body)
+    assert (posted.status_code, posted.json()["username"]) == (200, "erin")
+    for _ in range(19):
+        assert http.get("/t/10.json", headers=key).status_code == 200
+    refused = http.get("/t/10.json", headers=key)
+    assert refused.status_code == 429
+    assert refused.headers["Discourse-Rate-Limit-Error-Code"] == "user_api_key_limiter_60_secs"
+    assert forum.api_limiter.performed == admin_calls
+    assert http.get("/t/10.json", headers={"User-Api-Key": "nope"}).status_code == 403
+    unknown = http.post("/__forum/user-api-keys", headers=as_user("system"), json={"username": "nobody"})
+    assert unknown.status_code == 404
+
+
 def test_members_post_notifications_and_signed_webhooks(
     http: TestClient, forum: ForumApp, receiver: tuple[Receiver, str]
 ) -> None:
