@@ -120,6 +120,7 @@ def build_answerer(runtime: Runtime) -> AnswerPipeline:
         http=runtime.http,
         embedder=runtime.embedder(),
         excerpt_embedder=runtime.excerpt_embedder(),
+        topics=runtime.forum.reader(),
     )
     return AnswerPipeline(
         s,

@@ -38,6 +38,8 @@ class ForumPost:
     archetype: str = "regular"
     created_at: str | None = None
     updated_at: str | None = None
+    like_count: int = 0
+    accepted_answer: bool = False  # discourse-solved's post field: the topic's accepted solution
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, topic: Mapping[str, Any] | None = None) -> ForumPost:
@@ -65,7 +67,23 @@ class ForumPost:
             archetype=str(data.get("topic_archetype") or topic.get("archetype") or "regular"),
             created_at=data.get("created_at"),
             updated_at=data.get("updated_at"),
+            like_count=_like_count(data),
+            accepted_answer=data.get("accepted_answer") is True,
         )
+
+
+LIKE_ACTION_ID = 2  # PostActionType.types[:like]
+
+
+def _like_count(data: Mapping[str, Any]) -> int:
+    """A post's likes: ``like_count`` where the serializer has it (search posts), else the count of
+    the like entry of ``actions_summary`` (PostSerializer#actions_summary, which drops a zero count)."""
+    if isinstance(data.get("like_count"), int):
+        return int(data["like_count"])
+    for action in data.get("actions_summary") or []:
+        if isinstance(action, Mapping) and action.get("id") == LIKE_ACTION_ID:
+            return int(action.get("count") or 0)
+    return 0
 
 
 @dataclass(frozen=True, slots=True)

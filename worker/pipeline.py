@@ -280,8 +280,10 @@ class AnswerPipeline:
         )
 
         # stages 4–5: generation and sanitizing, then the last check of the sources (worker.recheck):
-        # a source no longer visible to every reader is dropped and the reply written again without it
-        grain: LinkGrain = "post" if (flags.post_links and result.grain == "post") else "topic"
+        # a source no longer visible to every reader is dropped and the reply written again without it.
+        # Legacy sources are answer posts too (worker/retrieval/legacy.py): cited at post grain.
+        post_sources = result.grain == "post" or result.legacy
+        grain: LinkGrain = "post" if (flags.post_links and post_sources) else "topic"
         source_grain: LinkGrain = "post" if result.grain == "post" else "topic"
         prompt, completion, clean = self._write(
             question, result.sources, result.zone, result.floor, grain, trace
@@ -303,14 +305,20 @@ class AnswerPipeline:
         reply = clean.text
         if completion.offline:
             reply = f"{reply}\n\n{OFFLINE_FOOTER if clean.cited else OFFLINE_NOTE}"
-        ZONES.labels(prompt.zone).inc()
+        # What is recorded is what is posted: a reply that cites nothing is an "I don't know", zone
+        # abstain (state ``abstained``), whatever zone the evidence had.
+        zone = prompt.zone if clean.cited else "abstain"
+        used = prompt.sources_used if clean.cited else ()
+        if zone != prompt.zone:
+            trace.info["zone_evidence"] = prompt.zone
+        ZONES.labels(zone).inc()
         answers.transition(
             conn,
             post_id,
             ["retrieved"],
             "generated",
-            zone=prompt.zone,
-            sources=[_source_json(s) for s in prompt.sources_used],
+            zone=zone,
+            sources=[_source_json(s) for s in used],
             reply_raw=reply,
             trace=self._trace_dict(trace, kind="answer", grain=grain, source_grain=source_grain),
         )
@@ -441,13 +449,7 @@ class AnswerPipeline:
         row = answers.get(conn, post_id)
         if row is None or row.state != "generated" or row.reply_raw is None:
             raise PermanentError(f"post {post_id} has no generated reply to post", service="citebot")
-        final: answers.AnswerState
-        if row.reason or (row.rule_id or "").startswith(RULE_PREFIX):
-            final = "denied"  # a refusal notice (``_decline``)
-        elif row.rule_id:
-            final = "refused"
-        else:
-            final = "abstained" if row.zone == "abstain" else "posted"
+        final = _final_state(row)
         started = time.perf_counter()
         existing = self._existing_reply(row) if resumed else None
         if resumed and existing is None:
@@ -473,10 +475,17 @@ class AnswerPipeline:
             reply_post_id=reply_id,
             reply_post_number=reply_number,
             posted_at=_now(conn),
-            error=row.error if final == "denied" else None,  # a notice keeps the refusal's detail
+            # a notice keeps the refusal's detail, an apology the failure's
+            error=row.error if final in ("denied", "failed") else None,
+            reason=_failure_reason(row.error or "") if final == "failed" else row.reason,
             trace=trace,
         )
-        log.info("answered (%s)", final, extra={"post_id": post_id, "topic_id": row.topic_id})
+        where = {"post_id": post_id, "topic_id": row.topic_id}
+        if final == "failed":
+            FALLBACKS.labels("generate", "apology").inc()
+            log.warning("question failed, apology posted (failed): %s", row.error, extra=where)
+            return Outcome(post_id, final, f"apology posted: {row.error}", reply_id)
+        log.info("answered (%s)", final, extra=where)
         return Outcome(post_id, final, "resumed" if resumed else "", reply_id)
 
     def _recheck_stored(self, conn: psycopg.Connection[Any], row: answers.Answer) -> None:
@@ -632,18 +641,24 @@ class AnswerPipeline:
             return self._fail(conn, post_id, why)
         if self.settings.llm.on_failure == "apology" and row is not None:
             language = "fr" if _looks_french(row) else "en"
+            # kind "apology": ``_post`` records the row ``failed`` with ``why`` (also when a later
+            # attempt posts it), and logs it as such, never as an answer
+            trace = {**(row.trace if isinstance(row.trace, dict) else {}), "kind": "apology"}
             answers.transition(
-                conn, post_id, ["queued", "retrieved"], "generated", reply_raw=APOLOGY[language], error=why
+                conn,
+                post_id,
+                ["queued", "retrieved"],
+                "generated",
+                reply_raw=APOLOGY[language],
+                error=why,
+                zone=None,
+                sources=[],
+                trace=trace,
             )
             try:
-                outcome = self._post(conn, post_id, resumed=False)
+                return self._post(conn, post_id, resumed=False)
             except CitebotError as exc:
                 return self._fail(conn, post_id, f"{why}; apology not posted: {exc}")
-            answers.transition(
-                conn, post_id, answers.FINAL_STATES, "failed", reason=_failure_reason(why), error=why
-            )
-            FALLBACKS.labels("generate", "apology").inc()
-            return Outcome(post_id, "failed", f"apology posted: {why}", outcome.reply_post_id)
         return self._fail(conn, post_id, why)
 
     def _fail(self, conn: psycopg.Connection[Any], post_id: int, why: str) -> Outcome:
@@ -721,6 +736,17 @@ class AnswerPipeline:
 
 def _failure_reason(why: str) -> str:
     return "transient_error" if why.startswith("transient") else "permanent_error"
+
+
+def _final_state(row: answers.Answer) -> answers.AnswerState:
+    """The state a posted reply leaves its row in: what the reply is, not that it was posted."""
+    if row.reason or (row.rule_id or "").startswith(RULE_PREFIX):
+        return "denied"  # a refusal notice (``_decline``)
+    if row.rule_id:
+        return "refused"
+    if isinstance(row.trace, dict) and row.trace.get("kind") == "apology":
+        return "failed"
+    return "abstained" if row.zone == "abstain" else "posted"
 
 
 def _now(conn: psycopg.Connection[Any]) -> Any:

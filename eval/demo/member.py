@@ -34,25 +34,27 @@ class Reply:
 
 
 class ForumMember:
-    """A member (and the admin actions the demo needs) over one ``httpx.Client``."""
+    """A member of the local forum over one ``httpx.Client``: posts with the member's own User API key
+    (``User-Api-Key``: acts as that member only, with its own 20-a-minute limit, never the site-wide
+    admin-API budget the bot lives on) and reads what any reader sees, without a key."""
 
-    def __init__(self, http: httpx.Client, base_url: str, api_key: str, username: str) -> None:
+    def __init__(self, http: httpx.Client, base_url: str, admin_session: str, username: str) -> None:
         self.http = http
         self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
+        self.admin_session = admin_session  # an admin's browser session: adding members is an admin's job
         self.username = username
+        self.user_api_key = ""
 
-    def _headers(self, username: str | None = None) -> dict[str, str]:
-        return {"Api-Key": self.api_key, "Api-Username": username or self.username}
+    def _headers(self) -> dict[str, str]:
+        if not self.user_api_key:
+            raise RuntimeError(f"{self.username} has no User API key yet: call join() first")
+        return {"User-Api-Key": self.user_api_key}
 
-    def join(self) -> None:
-        """Create the member's account (test control of the local forum)."""
-        r = self.http.post(
-            f"{self.base_url}/__forum/users",
-            headers=self._headers("citebot"),
-            json={"username": self.username},
-        )
-        r.raise_for_status()
+    def join(self) -> str:
+        """Add the member (``POST /__forum/users``, as an admin) and get its User API key
+        (``POST /__forum/user-api-keys``); returns the key."""
+        self.user_api_key = add_member(self.http, self.base_url, self.admin_session, self.username)
+        return self.user_api_key
 
     def ask(self, question: Question) -> Question:
         """Open a new topic whose first post mentions the bot."""
@@ -75,7 +77,7 @@ class ForumMember:
 
     def reply_to(self, question: Question, bot: str) -> Reply | None:
         """The bot's reply to ``question`` if it is on the forum yet."""
-        r = self.http.get(f"{self.base_url}/t/{question.topic_id}.json", headers=self._headers())
+        r = self.http.get(f"{self.base_url}/t/{question.topic_id}.json")
         r.raise_for_status()
         for post in r.json()["post_stream"]["posts"]:
             if str(post.get("username", "")).lower() == bot.lower() and post.get("reply_to_post_number") in (
@@ -88,7 +90,7 @@ class ForumMember:
         return None
 
     def raw_of(self, post_id: int) -> str:
-        r = self.http.get(f"{self.base_url}/posts/{post_id}.json", headers=self._headers())
+        r = self.http.get(f"{self.base_url}/posts/{post_id}.json")
         r.raise_for_status()
         return str(r.json().get("raw") or "")
 
@@ -115,6 +117,18 @@ class ForumMember:
         if wanted not in numbers and wanted > int(data.get("highest_post_number", 0)):
             return False, f"topic {match['topic']} has no post #{wanted}"
         return True, f"GET /t/{match['slug']}/{match['topic']}.json → 200, post #{wanted} exists"
+
+
+def add_member(http: httpx.Client, base_url: str, admin_session: str, username: str) -> str:
+    """Add ``username`` to the local forum as a member (trust level 1) and mint its User API key; the
+    forum answers 403 to requests as a username it does not know. Returns the key."""
+    admin = {"Api-Key": admin_session, "Api-Username": "system"}
+    base = base_url.rstrip("/")
+    r = http.post(f"{base}/__forum/users", headers=admin, json={"username": username})
+    r.raise_for_status()
+    r = http.post(f"{base}/__forum/user-api-keys", headers=admin, json={"username": username})
+    r.raise_for_status()
+    return str(r.json()["key"])
 
 
 def links_in(raw: str) -> list[str]:

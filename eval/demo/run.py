@@ -1,12 +1,14 @@
 """``make demo`` (``python -m eval.demo``): the whole stack on loopback, and the bot answering two questions.
 
-Starts embedded PostgreSQL + pgvector (``.cache/demo-pg``), a private Redis, the local model server, the
-local forum loaded with the shipped sample, the webhook app and one worker, all as child processes on
-free loopback ports with secrets made for this run; backfills the sample; turns the flags on through the
-forum's site settings; posts two questions as a member (one the forum answers, one it cannot) and
-prints the bot's replies as they appear on the forum, with their links (checked against the forum),
-zones and stage timings. Everything it started is stopped at the end, on failure and on Ctrl-C, unless
-``--keep`` is given.
+Starts embedded PostgreSQL + pgvector (``.cache/demo-pg``), a private Redis that persists like
+deploy/compose.yaml's (append-only file), the local model server, the local forum loaded with the
+shipped sample, the webhook app, one worker and the catch-up poller (``citebot poll``, as compose runs
+it), all as child processes on free loopback ports with secrets made for this run; backfills the sample;
+turns the flags on through the forum's site settings; adds a member and gets the member's own User API
+key; posts two questions with it (one the forum answers, one it cannot) and prints the bot's replies as
+they appear on the forum, with their links (checked against the forum), zones and stage timings.
+Everything it started is stopped at the end, on failure and on Ctrl-C, unless ``--keep`` is given; then
+it prints how to ask as the member, how to add another (``--add-member NAME``) and how to stop.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -29,18 +32,20 @@ import httpx
 import psycopg
 
 from eval.demo.index import start_index
-from eval.demo.member import ForumMember, Question, Reply, links_in
+from eval.demo.member import ForumMember, Question, Reply, add_member, links_in
 from eval.demo.show import Steps, print_reply
 from eval.stack.launcher import Launcher, base_env, citebot_env, webhook_url
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
 from eval.stack.procs import CITEBOT, DemoError, stop_saved, tail
-from eval.stack.redis import free_port
+from eval.stack.redis import RedisServer, free_port
 from worker.flags import FLAG_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "eval" / "data" / "urho3d-sample"
 BOT = "citebot"
 MEMBER = "newcomer"
+# deploy/compose.yaml runs `citebot poll` with its default interval (60 s); the demo runs it the same way.
+POLL_INTERVAL_S = 60.0
 QUESTIONS = (
     Question(
         "a question the forum answers",
@@ -72,6 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", action="store_true", help="leave the stack running and say how to use it")
     parser.add_argument("--stop", action="store_true", help="stop a stack left running by --keep")
+    parser.add_argument(
+        "--add-member",
+        metavar="NAME",
+        help="add a member to a stack left running by --keep (needs the exports --keep printed) and "
+        "print the member's User API key",
+    )
     parser.add_argument("--sample", type=Path, default=SAMPLE, help="forum export to load and backfill")
     parser.add_argument(
         "--also",
@@ -87,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reply-timeout", type=float, default=240.0, help="seconds to wait for the replies")
     args = parser.parse_args(argv)
     paths = Paths.under(args.cache.resolve())
+    if args.add_member:
+        return _add_member(args.add_member, os.environ)
     if args.stop:
         stopped = _stop_kept(paths)
         print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
@@ -99,6 +112,75 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: everything the demo started has been stopped", file=sys.stderr)
         return 130
+
+
+def _add_member(name: str, env: Mapping[str, str]) -> int:
+    """``--add-member NAME``: the member added to the kept forum, and how to ask as them."""
+    forum = env.get("CITEBOT_DISCOURSE__BASE_URL", "")
+    session = env.get("LOCAL_FORUM_SESSION_KEY", "")
+    if not forum or not session:
+        print(
+            "demo: --add-member needs CITEBOT_DISCOURSE__BASE_URL and LOCAL_FORUM_SESSION_KEY: run the "
+            "export lines `make demo ARGS=--keep` printed first",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        with httpx.Client(timeout=10) as http:
+            key = add_member(http, forum, session, name)
+    except httpx.HTTPError as exc:
+        print(f"demo: could not add {name} on {forum}: {exc}", file=sys.stderr)
+        return 1
+    print(f"added member @{name} on {forum}; their User API key:\n")
+    print(f"  export MEMBER_KEY='{key}'\n")
+    print(ask_command(forum))
+    return 0
+
+
+def ask_command(forum_url: str) -> str:
+    """The curl that asks as a member: the member's own ``User-Api-Key`` (``$MEMBER_KEY``), never the
+    bot's admin key (its 60-a-minute budget is the whole site's, and the bot answers with it)."""
+    return (
+        "  # ask as the member (the bot replies in the topic within seconds):\n"
+        f'  curl -s -X POST {forum_url}/posts.json -H "User-Api-Key: $MEMBER_KEY" '
+        "-H 'Content-Type: application/json' \\\n"
+        '       -d \'{"title": "How do I play a sound in Urho3D?", '
+        '"raw": "@citebot how do I play a sound effect when a node collides?"}\'\n'
+        "  # read the topic and the bot's reply as any reader does (no key):\n"
+        f"  curl -s {forum_url}/t/TOPIC_ID.json"
+    )
+
+
+def keep_instructions(
+    forum_url: str, env: Mapping[str, str], member: str, member_key: str, logs: Path
+) -> str:
+    """What ``--keep`` prints: the exports, asking as a member, adding one, the admin commands."""
+    lines = ["\nThe stack is still running (--keep). In another shell:\n"]
+    lines += [f"  export {key}='{value}'" for key, value in env.items()]
+    lines.append(f"  export MEMBER_KEY='{member_key}'   # @{member}'s own User API key, not the bot's")
+    lines.append("\n" + ask_command(forum_url))
+    lines.append(
+        "\n  # add a member (the forum answers 403 to a username it does not know), then ask as them:\n"
+        "  make demo ARGS='--add-member alice'             # prints alice's MEMBER_KEY\n"
+        "\n  # the admin's side (citebot, with the bot's settings exported above):\n"
+        "  .venv/bin/citebot ask 'How do I load a scene from an XML file?'   # the pipeline once, no post\n"
+        "  .venv/bin/citebot flags show                      # the site-setting flags\n"
+        "  .venv/bin/citebot flags set rerank off            # workers follow within 5 s here\n"
+        "  .venv/bin/citebot answers                         # every question, its state and reason\n"
+        "\n  # a bigger export, served by the forum and indexed (every link resolves):\n"
+        "  make demo ARGS='--keep --also ../shared/data/urho3d'\n"
+        "  # (one backfilled by hand here is in the index now, and on the forum from the next run on)\n"
+        f"\n  logs: {logs}/   stop everything: make demo ARGS=--stop"
+    )
+    return "\n".join(lines)
+
+
+def start_redis(launcher: Launcher, work_dir: Path) -> RedisServer:
+    """Redis as deploy/compose.yaml runs it: the append-only file on (``appendfsync everysec``, Redis's
+    default and compose's), so queued questions survive a Redis restart. Each run starts from an empty
+    one: the forum and the answers table restart from the sample too."""
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return launcher.redis_server(work_dir, appendonly=True)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -204,8 +286,8 @@ class Demo:
             self.db_url = ensure_database(server_url, "citebot_demo")
             # The forum starts from the sample on every run: questions of an earlier run are not in it.
             self.forum_db_url = ensure_database(server_url, "citebot_demo_forum", fresh=True)
-        with step("Redis (a private redis-server on a free port)"):
-            self.redis = launcher.redis_server(self.paths.cache / "demo" / "redis")
+        with step("Redis (a private redis-server on a free port, append-only file on, as in compose)"):
+            self.redis = start_redis(launcher, self.paths.cache / "demo" / "redis")
             self.redis_url = self.redis.url
             self.steps.say(f"      {self.redis_url}")
         launcher.configure(self._settings(self.redis_url))
@@ -242,11 +324,13 @@ class Demo:
                     [*CITEBOT, "backfill", "--source", "file", "--path", str(export), "--progress", "bar"],
                     echo=sys.stdout,
                 )
-        with step("webhook app and one worker"):
+        with step("webhook app, one worker and the catch-up poller (citebot poll), as compose runs them"):
             launcher.webhook(self.ports["webhook"])
             worker = launcher.worker(timeout_s=60)
+            poller = launcher.poller(POLL_INTERVAL_S)
             self.steps.say(
-                f"      webhook app on http://127.0.0.1:{self.ports['webhook']}, worker pid {worker.proc.pid}"
+                f"      webhook app on http://127.0.0.1:{self.ports['webhook']}, "
+                f"worker pid {worker.proc.pid}, poller pid {poller.proc.pid} (every {POLL_INTERVAL_S:.0f} s)"
             )
         with step("turn the flags on through the forum's site settings (citebot flags set NAME on)"):
             for name in FLAG_NAMES:
@@ -279,8 +363,8 @@ class Demo:
         results: dict[str, tuple[Question, Reply]] = {}
         with httpx.Client(timeout=10) as http:
             member = ForumMember(http, self.forum_url, self.session_key, MEMBER)
-            with step(f"a member (@{MEMBER}) asks two questions on the forum; waiting for the bot's replies"):
-                member.join()
+            with step(f"a member (@{MEMBER}, own User API key) asks two questions; waiting for the replies"):
+                self.member_key = member.join()
                 asked = [member.ask(q) for q in QUESTIONS]
                 for q in asked:
                     self.steps.say(
@@ -364,31 +448,16 @@ class Demo:
         self.paths.pids.write_text(json.dumps(data), "utf-8")
 
     def _print_keep(self) -> None:
-        env = self._env_for_shell()
-        say = self.steps.say
-        say("\nThe stack is still running (--keep). In another shell:\n")
-        for key, value in env.items():
-            say(f"  export {key}='{value}'")
-        say(
-            "\n  # ask as a member on the forum (the bot replies in the topic within seconds):\n"
-            f'  curl -s -X POST {self.forum_url}/posts.json -H "Api-Key: $CITEBOT_DISCOURSE__API_KEY" '
-            f"-H 'Api-Username: {MEMBER}' -H 'Content-Type: application/json' \\\n"
-            '       -d \'{"title": "How do I play a sound in Urho3D?", '
-            '"raw": "@citebot how do I play a sound effect when a node collides?"}\'\n'
-            f"  curl -s {self.forum_url}/t/TOPIC_ID.json      # read the topic and the bot's reply\n"
-            "\n  # or run the pipeline once without posting:\n"
-            "  .venv/bin/citebot ask 'How do I load a scene from an XML file?'\n"
-            "  .venv/bin/citebot flags show                      # the site-setting flags\n"
-            "  .venv/bin/citebot flags set rerank off            # workers follow within 5 s here\n"
-            "\n  # a bigger export, served by the forum and indexed (every link resolves):\n"
-            "  make demo ARGS='--keep --also ../shared/data/urho3d'\n"
-            "  # (one backfilled by hand here is in the index now, and on the forum from the next run on)\n"
-            f"\n  logs: {self.paths.logs}/   stop everything: make demo ARGS=--stop"
+        text = keep_instructions(
+            self.forum_url, self._env_for_shell(), MEMBER, getattr(self, "member_key", ""), self.paths.logs
         )
+        self.steps.say(text)
 
     def _env_for_shell(self) -> dict[str, str]:
         llm = {k: v for k, v in os.environ.items() if k.startswith("CITEBOT_LLM__")}
-        return citebot_env(self._settings(self.redis_url)) | llm
+        # the admin's browser session on the local forum: what --add-member adds members with
+        forum = {"LOCAL_FORUM_SESSION_KEY": self.session_key}
+        return citebot_env(self._settings(self.redis_url)) | llm | forum
 
 
 def _rel(path: Path) -> str:

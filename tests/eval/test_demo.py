@@ -172,6 +172,10 @@ def test_make_demo_answers_one_question_with_resolving_links_and_abstains_on_the
     assert not _alive(worker_pid)
     assert not (cache / "demo-pg" / "postmaster.pid").exists()
     assert (cache / "demo" / "logs" / "worker.log").exists()
+    # the poller runs beside the worker, as in deploy/compose.yaml
+    poller_pid = int(re.search(r"poller pid (\d+)", out).group(1))  # type: ignore[union-attr]
+    assert not _alive(poller_pid)
+    assert (cache / "demo" / "logs" / "poller.log").exists()
 
 
 def _run_demo(cache: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -68,6 +68,34 @@ SEARCH = {
     "topics": [{"id": 2, "title": "Loading a scene from XML", "slug": "loading-scene-xml", "category_id": 1}],
 }
 
+SEARCH_LEGACY = {
+    "posts": [{"id": 20, "topic_id": 2, "post_number": 1, "blurb": "How do I load a scene"}],
+    "topics": SEARCH["topics"],
+}
+# GET /t/2.json as Discourse serves it to an anonymous reader (TopicViewSerializer's post stream,
+# PostSerializer#actions_summary with the like entry id 2, discourse-solved's accepted_answer)
+TOPIC = {
+    "id": 2,
+    "title": "Loading a scene from XML",
+    "slug": "loading-scene-xml",
+    "category_id": 1,
+    "archetype": "regular",
+    "visible": True,
+    "post_stream": {
+        "posts": [
+            {"id": 20, "post_number": 1, "username": "asker", "user_id": 5, "post_type": 1,
+             "cooked": "<p>How do I load a scene from XML?</p>", "actions_summary": []},
+            {"id": 22, "post_number": 2, "username": "helper", "user_id": 6, "post_type": 1,
+             "cooked": "<p>Maybe the file path is wrong.</p>", "actions_summary": [],
+             "accepted_answer": False},
+            {"id": 23, "post_number": 3, "username": "expert", "user_id": 7, "post_type": 1,
+             "cooked": "<p>Call scene LoadXML with the file.</p>",
+             "actions_summary": [{"id": 2, "count": 3}], "accepted_answer": False},
+        ],
+        "stream": [20, 22, 23],
+    },
+}  # fmt: skip
+
 
 @respx.mock
 def test_retrieve_only_prints_sources_zone_and_trace(env: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,12 +130,17 @@ def test_embeddings_down_falls_back_to_legacy(env: str, capsys: pytest.CaptureFi
     respx.post("http://tei.test/embed").mock(
         return_value=httpx.Response(503, json={"error": "down", "error_type": "Unhealthy"})
     )
-    respx.get("http://forum.test/search.json").mock(return_value=httpx.Response(200, json=SEARCH))
+    respx.get("http://forum.test/search.json").mock(return_value=httpx.Response(200, json=SEARCH_LEGACY))
+    topic = respx.get("http://forum.test/t/2.json").mock(return_value=httpx.Response(200, json=TOPIC))
     assert main(["ask", "--retrieve-only", "--json", "how do I load a scene from XML?"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["grain"] == "topic"
+    assert out["grain"] == "post"
     assert out["legacy_reason"]
-    assert out["sources"][0]["url"] == "http://forum.test/t/loading-scene-xml/2"
+    # search found the topic by its question (#1); the answer (#3, most liked) is the source
+    assert out["sources"][0]["url"] == "http://forum.test/t/loading-scene-xml/2/3"
+    assert out["sources"][0]["post_id"] == 23
+    assert topic.called
+    assert "Api-Key" not in topic.calls[0].request.headers  # read as the (anonymous) reader
 
 
 def test_gate_refusal_needs_no_service(capsys: pytest.CaptureFixture[str]) -> None:

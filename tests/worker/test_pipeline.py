@@ -120,7 +120,12 @@ def build_world(
     embedder = FakeEmbedder(model="test-model", dimension=8)
     _index(pool, embedder)
     retriever = build_retriever(
-        settings, connections=pool.connection, keyword=forum, embedder=embedder, reranker=FakeReranker()
+        settings,
+        connections=pool.connection,
+        keyword=forum,
+        embedder=embedder,
+        reranker=FakeReranker(),
+        topics=forum,
     )
     pipeline = AnswerPipeline(
         settings,
@@ -211,7 +216,9 @@ def test_enabled_flag_off_changes_nothing_and_says_so(world: World) -> None:
     assert (row.state, row.reason, row.error) == ("denied", "disabled", "citebot_enabled is off")
 
 
-def test_posts_pipeline_off_is_legacy_with_topic_links(world: World) -> None:
+def test_posts_pipeline_off_is_legacy_citing_the_answer_post(world: World) -> None:
+    """Search finds topic 2 by its question (#1); the legacy path reads the topic and cites the reply
+    that answers it (#2), linked at post grain."""
     world.forum.flags_on(posts_pipeline=False)
     chat = world.chat
     assert isinstance(chat, FakeChatModel)
@@ -219,9 +226,44 @@ def test_posts_pipeline_off_is_legacy_with_topic_links(world: World) -> None:
     world.ask(904, 2, "@citebot how do I load a scene from XML?")
     assert world.pipeline.run(904).state == "posted"
     raw = world.forum.created[0].raw or ""
-    assert "https://forum.test/t/loading-scene-xml/2)" in raw
+    assert "https://forum.test/t/loading-scene-xml/2/2)" in raw
     row = world.row(904)
     assert any(f["stage"] == "retrieve" or "legacy" in f["reason"] for f in row.trace["fallbacks"])
+    assert [(s["post_id"], s["post_number"]) for s in row.sources] == [(22, 2)]
+    assert row.zone == "normal"
+    assert 2 in world.forum.topic_reads
+
+
+def test_legacy_without_an_answer_abstains_and_records_it(world: World) -> None:
+    """The only hit topic has no reply: nothing to cite, the reply says so and the row says abstain."""
+    world.forum.flags_on(posts_pipeline=False)
+    world.forum.add_topic(4, "Terrain holes", "terrain-holes")
+    world.forum.add_post(41, 4, 1, "How do I cut holes in the terrain heightmap?", username="user41")
+    with world.pool.connection() as conn:  # indexed, so the legacy path may cite the topic (it is public)
+        conn.execute(
+            "INSERT INTO post_index (post_id, topic_id, post_number, topic_slug, topic_title, text,"
+            " digest, model, embedding, category_id) VALUES (41, 4, 1, 'terrain-holes', 'Terrain holes',"
+            " 'How do I cut holes in the terrain heightmap?', '\\x00', 'test-model', %s, 1)",
+            (HalfVector([0.1] * 8),),
+        )
+    world.ask(906, 1, "@citebot how do I cut holes in a terrain heightmap?")
+    assert world.pipeline.run(906).state == "abstained"
+    row = world.row(906)
+    assert (row.zone, row.sources) == ("abstain", [])
+    assert world.chat.history  # type: ignore[attr-defined]  # the model still wrote the reply
+
+
+def test_a_reply_that_cites_nothing_is_recorded_as_an_abstention(world: World) -> None:
+    """Evidence in the normal zone, but the model's reply cites none of it: recorded as posted it
+    would count an "I don't know" as an answer."""
+    chat = world.chat
+    assert isinstance(chat, FakeChatModel)
+    chat.queue("I don't know: nothing in the forum answers this.")
+    world.ask(907, 1, "@citebot how do I stop shadow flicker with the shadow bias?")
+    assert world.pipeline.run(907).state == "abstained"
+    row = world.row(907)
+    assert (row.zone, row.sources) == ("abstain", [])
+    assert row.trace["info"]["zone_evidence"] in {"normal", "weak"}
 
 
 def test_llm_500_twice_then_200_posts_once(db_url: str, redis_url: str) -> None:
@@ -257,6 +299,45 @@ def test_llm_down_for_good_posts_one_apology(db_url: str, redis_url: str) -> Non
         assert "Sorry" in (world.forum.created[0].raw or "")
         assert world.pipeline.run(906).state == "failed"
         assert len(world.forum.created) == 1
+
+
+def test_the_apology_is_logged_and_recorded_as_a_failure(
+    db_url: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The LLM stays down: the apology goes out, the row says ``failed`` with the cause, and the log says
+    the same (never "answered (posted)"); an apology posted by a later attempt is recorded alike."""
+    chat = FakeChatModel([RateLimitedError("429", service="llm", status=429)] * 10)
+    for world in build_world(db_url, redis_url, chat):
+        world.ask(906, 1, "@citebot how do I stop shadow flicker?")
+        world.forum.fail_create.append(ServiceUnavailableError("502", service="discourse", status=502))
+        with caplog.at_level("INFO", logger="worker.pipeline"):
+            first = world.pipeline.run(906, last_attempt=True)
+            assert first.state == "failed"  # the apology could not be posted either
+            world.ask(910, 1, "@citebot how do I stop shadow flicker?")
+            outcome = world.pipeline.run(910, last_attempt=True)
+        assert outcome.state == "failed"
+        row = world.row(910)
+        assert (row.state, row.zone, row.sources) == ("failed", None, [])
+        assert "transient" in (row.error or "")
+        assert row.reply_post_id == world.forum.created[-1].id
+        assert "Sorry" in (row.reply_raw or "")
+        messages = [r.getMessage() for r in caplog.records]
+        assert not [m for m in messages if m.startswith("answered")], messages
+        assert any(m.startswith("question failed, apology posted (failed)") for m in messages), messages
+
+
+def test_an_apology_posted_on_resume_is_recorded_as_a_failure(db_url: str, redis_url: str) -> None:
+    chat = FakeChatModel([RateLimitedError("429", service="llm", status=429)] * 10)
+    for world in build_world(db_url, redis_url, chat, llm={"on_failure": "apology"}):
+        world.ask(911, 1, "@citebot how do I stop shadow flicker?")
+        # the worker dies between storing the apology and posting it
+        world.forum.fail_create.append(ServiceUnavailableError("killed", service="discourse"))
+        world.pipeline.run(911, last_attempt=True)
+        with world.pool.connection() as conn:
+            answers.transition(conn, 911, ["failed"], "generated")  # as if the crash came first
+        assert world.pipeline.run(911).state == "failed"
+        row = world.row(911)
+        assert (row.state, row.reply_post_id) == ("failed", world.forum.created[-1].id)
 
 
 def test_crash_after_posting_before_recording_does_not_post_twice(world: World) -> None:

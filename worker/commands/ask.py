@@ -20,7 +20,9 @@ def register(group: argparse.ArgumentParser) -> None:
     group.add_argument("question", help="the question, as a member would write it")
     group.add_argument("--retrieve-only", action="store_true", help="stop after retrieval (stages 1–3)")
     group.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    group.add_argument("--legacy", action="store_true", help="legacy path: keyword search at topic grain")
+    group.add_argument(
+        "--legacy", action="store_true", help="legacy path: keyword search, each hit topic's answer cited"
+    )
     group.add_argument("--no-rerank", action="store_true", help="skip the cross-encoder (fused order)")
     group.add_argument("--no-gate", action="store_true", help="skip the intent gate")
     group.add_argument("--exclude", type=int, action="append", default=[], help="hide this post id")
@@ -31,7 +33,7 @@ def _ask(args: argparse.Namespace) -> int:
     import httpx
 
     from gate import Gate, canned_text
-    from sanitizer import sanitize
+    from sanitizer import LinkGrain, sanitize
     from worker.budget import shared_budget
     from worker.clients.discourse import DiscourseClient
     from worker.commands.common import preflight, settings_from
@@ -60,7 +62,7 @@ def _ask(args: argparse.Namespace) -> int:
         try:
             forum = DiscourseClient(http, settings.discourse, budget=shared_budget(settings)).reader()
             with build_retriever(
-                settings, connections=pool.connection, keyword=forum, http=http
+                settings, connections=pool.connection, keyword=forum, http=http, topics=forum
             ) as retriever:
                 result = retriever.retrieve(
                     args.question,
@@ -68,7 +70,8 @@ def _ask(args: argparse.Namespace) -> int:
                     use_posts=not args.legacy,
                     use_rerank=not args.no_rerank,
                 )
-            grain = result.grain
+            # legacy sources are answer posts (worker/retrieval/legacy.py): linked like the worker does
+            grain: LinkGrain = "post" if result.grain == "post" or result.legacy else "topic"
             base = settings.discourse.base_url
             out["zone"] = result.zone
             out["grain"] = grain

@@ -15,6 +15,7 @@ from worker.clients.tei import TeiReranker
 from worker.domain import EmbedKind
 from worker.errors import ConfigError
 from worker.protocols import Embedder, KeywordSearch, Reranker
+from worker.recheck import TopicReader
 from worker.retrieval.excerpts import PostgresExcerptIndex
 from worker.retrieval.keyword import PostgresTermStats, TermSelector
 from worker.retrieval.lexical import PostgresLexicalIndex
@@ -60,11 +61,14 @@ def build_retriever(
     embedder: Embedder | None = None,
     reranker: Reranker | None = None,
     excerpt_embedder: Embedder | None = None,
+    topics: TopicReader | None = None,
 ) -> Retriever:
     """A retriever over the configured embedder, the post index behind ``connections`` (a pool's
     ``connection`` method, or ``single_connection(conn)``), ``keyword`` (a ``DiscourseClient``) and the
     TEI reranker when ``settings.reranker.base_url`` is set, and the second bi-encoder with its column
-    when ``settings.excerpt_embeddings.model`` is set.
+    when ``settings.excerpt_embeddings.model`` is set. ``topics`` (the reader's ``DiscourseClient``) lets
+    the legacy path read each hit topic to cite its answer; without it the legacy path cites only the
+    hits that are replies.
 
     Raises ``IndexMismatchError`` when the embedder's model or dimension is not the configured one, or
     when the index (``index_meta``) holds another model's vectors or another vector index kind: the
@@ -100,4 +104,6 @@ def build_retriever(
         excerpts=excerpts,
         excerpt_embedder=excerpt_embedder,
         rerank_excerpt_chars=settings.reranker.excerpt_chars,
+        topics=topics,
+        bots=(settings.discourse.bot_username, settings.discourse.api_username),
     )

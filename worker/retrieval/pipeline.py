@@ -6,8 +6,9 @@
               └─ keyword (Discourse search, thread) ──────┴─ fuse (RRF) ─ hydrate ─ rerank ─ aggregate
 
 The keyword branch runs in a worker thread while the calling thread embeds and recalls, so the
-latency is the longer branch plus rerank. Legacy retrieval — Discourse search alone, topic grain, zone
-normal — is used when the posts pipeline is switched off, when the index is empty (checked and cached
+latency is the longer branch plus rerank. Legacy retrieval — Discourse search alone, each hit topic's
+answer as the source (``legacy.py``), zone normal, or abstain when no topic has an answer — is used
+when the posts pipeline is switched off, when the index is empty (checked and cached
 ``index_check_ttl_s``) and when the question cannot be embedded; each is recorded in the trace.
 The switches of ``retrieve`` (posts / keyword / rerank / neighbours) are the configurations the eval
 compares: legacy, posts, posts+keyword, posts+keyword+rerank, +neighbours.
@@ -40,6 +41,7 @@ from worker.retrieval.aggregate import (
 from worker.retrieval.excerpts import PostgresExcerptIndex
 from worker.retrieval.fusion import fuse_rrf
 from worker.retrieval.keyword import KeywordResult, TermSelector, keyword_search
+from worker.retrieval.legacy import TopicReader, answer_candidates, read_answers
 from worker.retrieval.lexical import LexicalResult, PostgresLexicalIndex
 from worker.retrieval.recall import PostIndex
 from worker.retrieval.rerank import rerank_candidates
@@ -113,6 +115,8 @@ class Retriever:
         excerpt_embedder: Embedder | None = None,
         rerank_excerpt_chars: int = 300,
         clock: Callable[[], float] = time.monotonic,
+        topics: TopicReader | None = None,
+        bots: Sequence[str] = (),
     ) -> None:
         if (
             embedder is not None
@@ -139,6 +143,9 @@ class Retriever:
         self._stage_model: StageModel | None = None
         self._stage_models: dict[bool, StageModel] = {}
         self._index_state = _IndexState(index, settings.index_check_ttl_s, clock) if index else None
+        # The legacy path reads each hit topic as the reader to cite its answer (``legacy.py``).
+        self.topics = topics
+        self.bots = tuple(bots)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieval-keyword")
 
     def thresholds(self, scorer: str | None = None) -> Thresholds:
@@ -570,7 +577,8 @@ class Retriever:
         reason: str,
         pending: Future[KeywordResult] | None,
     ) -> RetrievalResult:
-        """Discourse search alone at topic grain, zone normal (the behaviour before the posts pipeline)."""
+        """Discourse search alone, each hit topic's answer as the source (``legacy.py``), zone normal;
+        zone abstain when no hit topic has an answer to cite."""
         trace.fallback("retrieval", f"legacy: {reason}")
         log.info("legacy retrieval: %s", reason)
         hits: tuple[Candidate, ...] = ()
@@ -579,11 +587,39 @@ class Retriever:
         elif self.keyword is not None:
             hits = self._keyword(question, exclude_post_ids, trace).candidates
         hits = self._citable_hits(hits, reason, trace)
+        answers, context = self._answers(hits, exclude_post_ids, trace)
+        zone: Zone = "normal" if answers else "abstain"
         with trace.stage("aggregate") as st:
-            sources = build_sources(hits, self.settings.sources_k)
-            st.counts = {"candidates": len(hits), "sources": len(sources)}
-            st.info = {"grain": "topic", "zone": "normal"}
-        return RetrievalResult(tuple(sources), "normal", "topic", hits, trace, legacy_reason=reason)
+            sources = build_sources(answers, self.settings.sources_k, context=context)
+            st.counts = {"candidates": len(hits), "answers": len(answers), "sources": len(sources)}
+            st.info = {"grain": "topic", "zone": zone}
+        return RetrievalResult(tuple(sources), zone, "topic", tuple(answers), trace, legacy_reason=reason)
+
+    def _answers(
+        self, hits: Sequence[Candidate], exclude_post_ids: Sequence[int], trace: Trace
+    ) -> tuple[list[Candidate], dict[int, list[Candidate]]]:
+        """The answer of each hit topic, read as the reader; without a topic reader, the hits that are
+        replies already (a question, post #1, is never evidence)."""
+        want = self.settings.sources_k
+        excluded = set(exclude_post_ids)
+        reader = self.topics
+        if reader is None or not hits:
+            return [h for h in hits if h.post_number > 1 and h.post_id not in excluded][:want], {}
+        bots = self.bots
+        with trace.stage("legacy_answers") as st:
+            answers, context, readings = answer_candidates(
+                hits, lambda topic_id: read_answers(reader, topic_id, bots), want=want, pool=self._pool
+            )
+            answers = [a for a in answers if a.post_id not in excluded]
+            failed = [r for r in readings if r.error is not None]
+            st.counts = {"topics": len(readings), "answered": len(answers), "unreadable": len(failed)}
+            if failed:
+                st.fallback = "; ".join(f"topic {r.topic_id}: {r.error}" for r in failed)[:500]
+        if not answers and failed and all(r.transient for r in failed):
+            # nothing could be read, for a reason that passes: retried, not answered "I don't know"
+            why = f"legacy: no hit topic could be read ({failed[0].error})"
+            raise TransientError(why, service="retrieval")
+        return answers, context
 
 
 def _reason(exc: BaseException) -> str:

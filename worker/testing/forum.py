@@ -171,16 +171,20 @@ class FakeForum:
 
     def search(self, query: str, *, limit: int = 25) -> list[SearchHit]:
         terms = {w.lower() for w in _WORD.findall(query)}
+        # Discourse's aggregate search (lib/search.rb ``aggregate_post_sql``): a topic is returned by its
+        # first matching post (min post_number), ranked by its best post's score.
         best: dict[int, tuple[int, ForumPost]] = {}
-        for post in self.posts.values():
+        for post in sorted(self.posts.values(), key=lambda p: (p.topic_id, p.post_number)):
             words = {w.lower() for w in _WORD.findall(post.raw or "")} | {
                 w.lower() for w in _WORD.findall(post.topic_title)
             }
             if not terms or not terms <= words or post.username == self.bot:
                 continue
             score = len(terms & words)
-            if post.topic_id not in best or score > best[post.topic_id][0]:
+            if post.topic_id not in best:
                 best[post.topic_id] = (score, post)
+            elif score > best[post.topic_id][0]:
+                best[post.topic_id] = (score, best[post.topic_id][1])
         ranked = sorted(best.values(), key=lambda sp: (-sp[0], sp[1].id))[:limit]
         return [
             SearchHit(p.id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, (p.raw or "")[:100])

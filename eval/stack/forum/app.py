@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from eval.stack.forum.controls import control_routes
 from eval.stack.forum.guardian import FULL, Category, Guardian, Policy
-from eval.stack.forum.limits import SlidingWindowLimiter, rate_limited
+from eval.stack.forum.limits import SlidingWindowLimiter, UserApiKeys, rate_limited
 from eval.stack.forum.moderation import moderation_routes
 from eval.stack.forum.pages import page_routes
 from eval.stack.forum.posting import create_post, webhook_body
@@ -66,6 +66,9 @@ class ForumConfig:
     # for every request with the key. Tests may shorten the window to keep the same ratio faster.
     admin_api_reqs_per_minute: int = 60
     admin_api_window_s: float = 60.0
+    # Discourse's max_user_api_reqs_per_minute / _per_day: per User API key (limits.UserApiKeys).
+    user_api_reqs_per_minute: int = 20
+    user_api_reqs_per_day: int = 2880
     bot_admin: bool = True
     faults: Faults = field(default_factory=Faults)
     # Categories by id: (name, read_restricted), written at start-up; a category a topic names and this
@@ -132,6 +135,7 @@ class ForumApp:
         self.webhooks = WebhookSender(config.webhook_url, config.webhook_secret, config.base_url, self.faults)
         self.bot = store.ensure_user(config.bot_username, admin=config.bot_admin)
         self.api_limiter = SlidingWindowLimiter(config.admin_api_reqs_per_minute, config.admin_api_window_s)
+        self.user_api_keys = UserApiKeys(config.user_api_reqs_per_minute, config.user_api_reqs_per_day)
         self.calls: list[ApiCall] = []
         self.pending_posts: list[dict[str, Any]] = []
         self._log_lock = threading.Lock()
@@ -189,6 +193,10 @@ class ForumApp:
             wait = self.api_limiter.perform()
             if wait is not None:
                 return rate_limited(wait)
+        elif (user_key := request.headers.get("user-api-key")) is not None:
+            refused = self.user_api_keys.perform(user_key)
+            if refused is not None:
+                return refused
         if self.faults.take("rate_limit_next"):
             return rate_limited(self.faults.retry_after_s)
         if self.faults.take_error(request.url.path):
@@ -248,10 +256,19 @@ class ForumApp:
         return self.store.setting("suppress_reply_when_quoting") != "false"
 
     async def _user(self, request: Request) -> User | Response | None:
-        """The acting user: None when anonymous, a 403 response when the key or username is wrong."""
+        """The acting user: None when anonymous, a 403 response when the key or username is wrong. An
+        ``Api-Key`` acts as its ``Api-Username``; a member's ``User-Api-Key`` acts as that member only
+        (a suspended one is refused, as ``DefaultCurrentUserProvider#current_user`` does)."""
         key = request.headers.get("api-key")
         if key is None:
-            return None
+            user_key = request.headers.get("user-api-key")
+            if user_key is None:
+                return None
+            name = self.user_api_keys.username(user_key)
+            member = None if name is None else await run_in_threadpool(self.store.user, name)
+            if member is None or member.suspended():
+                return invalid_access()
+            return member
         if key not in (self.config.api_key, self.config.session_key):
             return invalid_access()
         username = request.headers.get("api-username") or "system"

@@ -114,6 +114,24 @@ def control_routes(forum: ForumApp) -> list[Route]:
             }
         )
 
+    async def mint_user_api_key(request: Request) -> Response:
+        """A User API key for an existing member (in Discourse the member grants it through
+        ``/user-api-key/new``): ``{"username"}`` → ``{"username", "key"}``; 404 for an unknown member."""
+        denied = _denied(forum, request)
+        if denied is not None:
+            return denied
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        name = body.get("username") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            return error(400, "username is required", "invalid_parameters")
+        user = await run_in_threadpool(forum.store.user, name.strip())
+        if user is None:
+            return error(404, f"no member {name.strip()}: add it with POST /__forum/users", "not_found")
+        return JSONResponse({"username": user.username, "key": forum.user_api_keys.mint(user.username)})
+
     async def hide_post(request: Request) -> Response:
         """A flag that hides the post (``PostActionCreator`` reaching the threshold): the reviewable events
         and ``Post#hide!``; ``{"flagger": username}`` (default ``system``). Answers the reviewable id."""
@@ -203,6 +221,7 @@ def control_routes(forum: ForumApp) -> list[Route]:
         Route("/__forum/faults", set_faults, methods=["GET", "POST"]),
         Route("/__forum/api", api_log, methods=["GET", "POST"]),
         Route("/__forum/users", add_user, methods=["POST"]),
+        Route("/__forum/user-api-keys", mint_user_api_key, methods=["POST"]),
         Route("/__forum/posts/{post_id:int}/hide", hide_post, methods=["POST"]),
         Route("/__forum/reviewables/{reviewable_id:int}/{action}", perform_reviewable, methods=["POST"]),
         Route("/__forum/webhooks", webhook_log, methods=["GET"]),

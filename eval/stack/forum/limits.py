@@ -12,6 +12,7 @@ say when the oldest recorded request leaves the window, with the header
 from __future__ import annotations
 
 import math
+import secrets
 import threading
 import time
 from collections import deque
@@ -22,6 +23,50 @@ from starlette.responses import JSONResponse
 from eval.stack.forum.serialize import error
 
 ERROR_CODE = "admin_api_key_rate_limit"
+
+
+class UserApiKeys:
+    """Members' User API keys (``User-Api-Key``), as ``default_current_user_provider.rb`` treats them:
+    the key acts as its member only, and each key has its own limits, ``max_user_api_reqs_per_minute``
+    (20) and ``max_user_api_reqs_per_day`` (2880), error codes ``user_api_key_limiter_60_secs`` and
+    ``user_api_key_limiter_1_day``; the site-wide admin-API limit never counts them. In Discourse a
+    member grants a key through ``/user-api-key/new``; here the test control ``POST
+    /__forum/user-api-keys`` mints one."""
+
+    def __init__(self, per_minute: int = 20, per_day: int = 2880, day_s: float = 86_400.0) -> None:
+        self.per_minute = per_minute
+        self.per_day = per_day
+        self.day_s = day_s
+        self._users: dict[str, str] = {}
+        self._limits: dict[str, tuple[SlidingWindowLimiter, SlidingWindowLimiter]] = {}
+        self._lock = threading.Lock()
+
+    def mint(self, username: str) -> str:
+        key = secrets.token_hex(32)
+        with self._lock:
+            self._users[key] = username
+            self._limits[key] = (
+                SlidingWindowLimiter(self.per_minute, 60.0),
+                SlidingWindowLimiter(self.per_day, self.day_s),
+            )
+        return key
+
+    def username(self, key: str) -> str | None:
+        with self._lock:
+            return self._users.get(key)
+
+    def perform(self, key: str) -> JSONResponse | None:
+        """Count one request of ``key``: None when allowed, else Discourse's 429."""
+        with self._lock:
+            limits = self._limits.get(key)
+        if limits is None:
+            return None  # an unknown key is refused by the route (403), not counted
+        codes = ("user_api_key_limiter_60_secs", "user_api_key_limiter_1_day")
+        for limiter, code in zip(limits, codes, strict=True):
+            wait = limiter.perform()
+            if wait is not None:
+                return rate_limited(wait, code)
+        return None
 
 
 class SlidingWindowLimiter:
@@ -57,7 +102,7 @@ class SlidingWindowLimiter:
             return None
 
 
-def rate_limited(wait_s: float) -> JSONResponse:
+def rate_limited(wait_s: float, code: str = ERROR_CODE) -> JSONResponse:
     """Discourse's 429 for a rate limit (``ApplicationController`` rescuing ``LimitExceeded``)."""
     wait = max(1, math.ceil(wait_s))
     time_left = f"{wait} seconds" if wait != 1 else "1 second"
@@ -68,5 +113,5 @@ def rate_limited(wait_s: float) -> JSONResponse:
         extras={"wait_seconds": wait, "time_left": time_left},
     )
     response.headers["Retry-After"] = str(wait)
-    response.headers["Discourse-Rate-Limit-Error-Code"] = ERROR_CODE
+    response.headers["Discourse-Rate-Limit-Error-Code"] = code
     return response

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eval.stack.forum.serialize import LIKE_ACTION_ID
 from eval.stack.forum.store import ForumStore
 from eval.stack.forum.text import html_to_text
 
@@ -109,7 +110,7 @@ def load_export(
                     post["id"], topic["id"], post["post_number"], user_id, post.get("username") or "",
                     raw, cooked, plain, post.get("post_type") or 1, post.get("reply_to_post_number"),
                     post.get("version") or 1, bool(post.get("hidden")), post.get("deleted_at"),
-                    bool(post.get("user_deleted")), bool(post.get("accepted_answer")),
+                    bool(post.get("user_deleted")), bool(post.get("accepted_answer")), like_count(post),
                     post.get("created_at"), post.get("updated_at") or post.get("created_at"),
                 )
             )  # fmt: skip
@@ -124,7 +125,7 @@ def load_export(
         with conn.cursor().copy(
             "COPY forum.posts (id, topic_id, post_number, user_id, username, raw, cooked, plain,"
             " post_type, reply_to_post_number, version, hidden, deleted_at, user_deleted,"
-            " accepted_answer, created_at, updated_at) FROM STDIN"
+            " accepted_answer, like_count, created_at, updated_at) FROM STDIN"
         ) as copy:
             for row in post_rows:
                 copy.write_row(row)
@@ -147,6 +148,18 @@ def load_export(
     report = LoadReport(n_topics, n_posts, len(users), time.perf_counter() - started)
     log.info("loaded %d topics, %d posts in %.1fs", report.topics, report.posts, report.seconds)
     return report
+
+
+def like_count(post: dict[str, Any]) -> int:
+    """A post's likes in an export: ``like_count`` where the export has it, else the count of its
+    ``actions_summary`` entry of id 2 (``PostActionType.types[:like]``; PostSerializer#actions_summary
+    leaves a zero count out)."""
+    if isinstance(post.get("like_count"), int):
+        return int(post["like_count"])
+    for action in post.get("actions_summary") or []:
+        if isinstance(action, dict) and action.get("id") == LIKE_ACTION_ID:
+            return int(action.get("count") or 0)
+    return 0
 
 
 def _account(post: dict[str, Any], user_id: int) -> tuple[str, int, bool, bool]:

@@ -88,6 +88,8 @@ ALTER TABLE forum.users ADD COLUMN IF NOT EXISTS staged boolean NOT NULL DEFAULT
 ALTER TABLE forum.users ADD COLUMN IF NOT EXISTS anonymized boolean NOT NULL DEFAULT false;
 -- NULL: the site's default sidebar (ForumConfig.sidebar_category_ids)
 ALTER TABLE forum.users ADD COLUMN IF NOT EXISTS sidebar_category_ids bigint[];
+-- Post#like_count: served in a post's actions_summary (id 2) and search's like_count.
+ALTER TABLE forum.posts ADD COLUMN IF NOT EXISTS like_count integer NOT NULL DEFAULT 0;
 
 -- Custom groups get ids here; the automatic groups have Discourse's fixed ids (guardian.AUTO_GROUPS).
 CREATE TABLE IF NOT EXISTS forum.groups (

@@ -1,11 +1,15 @@
 """Full-text search like Discourse's ``/search.json``, on PostgreSQL's text search.
 
 Per post a ``tsvector`` weighted title A, category B, tags C, body D (built at load); the query's words
-are ANDed (``plainto_tsquery``); one post per topic (its best-ranked); ranking ``ts_rank_cd``; a query
-shorter than the minimum term length is refused; each hit carries a blurb around the first matching
-word. What is searched follows ``Search#posts_query`` (lib/search.rb) for the caller: posts of the types
-``Topic.visible_post_types`` gives them (whispers only to whisperers), never hidden, of listed
-(``topics.visible``), undeleted, non-PM topics whose category is public or among the caller's
+are ANDed (``plainto_tsquery``); a query shorter than the minimum term length is refused; each hit
+carries a blurb around the first matching word. One post per topic, as ``Search#aggregate_search``
+(lib/search.rb) returns it: ``aggregate_post_sql`` groups the matching posts by topic and keeps
+``min(posts.post_number)`` (relevance order), so a topic whose first post matches is returned by its
+first post, the question, even when a reply matches better; topics are ordered by ``sort_by_relevance``'s
+``MAX(ts_rank_cd × priority)`` (closed × 0.9, archived × 0.85), then ``topics.bumped_at`` (here the
+topic's last post). What is searched follows ``Search#posts_query`` (lib/search.rb) for the caller:
+posts of the types ``Topic.visible_post_types`` gives them (whispers only to whisperers), never hidden,
+of listed (``topics.visible``), undeleted, non-PM topics whose category is public or among the caller's
 ``secure_category_ids`` (every read-restricted one for an admin).
 """
 
@@ -26,23 +30,31 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 _SQL = """
 WITH q AS (SELECT plainto_tsquery('english', %(q)s) AS query),
-best AS (
-    SELECT DISTINCT ON (p.topic_id)
-           p.id, p.topic_id, p.post_number, p.username, p.user_id, p.plain, p.created_at,
-           ts_rank_cd(p.search_data, q.query) AS rank
+matched AS (
+    SELECT p.topic_id, p.post_number,
+           ts_rank_cd(p.search_data, q.query)
+             * CASE WHEN t.closed THEN 0.9 WHEN t.archived THEN 0.85 ELSE 1.0 END AS rank
       FROM forum.posts p JOIN forum.topics t ON t.id = p.topic_id
       LEFT JOIN forum.categories c ON c.id = t.category_id, q
      WHERE p.search_data @@ q.query
        AND p.deleted_at IS NULL AND NOT p.hidden AND p.post_type = ANY(%(types)s)
        AND t.deleted_at IS NULL AND t.visible AND t.archetype <> 'private_message'
        AND (c.id IS NULL OR NOT c.read_restricted OR c.id = ANY(%(secure)s))
-     ORDER BY p.topic_id, rank DESC, p.post_number
+),
+grouped AS (
+    SELECT topic_id, min(post_number) AS post_number, max(rank) AS rank FROM matched GROUP BY topic_id
 )
-SELECT b.*, t.title, t.slug, t.category_id, t.tags, t.archetype, t.visible, t.closed, t.archived,
+SELECT p.id, p.topic_id, p.post_number, p.username, p.user_id, p.plain, p.created_at, p.like_count,
+       g.rank, t.title, t.slug, t.category_id, t.tags, t.archetype, t.visible, t.closed, t.archived,
        t.created_at AS topic_created_at,
-       (SELECT count(*) FROM forum.posts c WHERE c.topic_id = t.id AND c.deleted_at IS NULL) AS posts_count
-  FROM best b JOIN forum.topics t ON t.id = b.topic_id
- ORDER BY b.rank DESC, b.topic_id DESC
+       (SELECT count(*) FROM forum.posts c WHERE c.topic_id = t.id AND c.deleted_at IS NULL) AS posts_count,
+       (SELECT max(c.created_at) FROM forum.posts c WHERE c.topic_id = t.id AND c.deleted_at IS NULL)
+         AS bumped_at,
+       EXISTS (SELECT 1 FROM forum.posts c WHERE c.topic_id = t.id AND c.accepted_answer
+                  AND c.deleted_at IS NULL) AS has_accepted_answer
+  FROM grouped g JOIN forum.posts p ON p.topic_id = g.topic_id AND p.post_number = g.post_number
+  JOIN forum.topics t ON t.id = g.topic_id
+ ORDER BY g.rank DESC, bumped_at DESC NULLS LAST, g.topic_id DESC
  LIMIT %(limit)s OFFSET %(offset)s
 """
 
@@ -117,7 +129,7 @@ def as_json(result: SearchResult, avatar: Any, guardian: Guardian) -> dict[str, 
                 "username": row["username"],
                 "avatar_template": avatar(row["username"]),
                 "created_at": as_iso(row["created_at"]),
-                "like_count": 0,
+                "like_count": row["like_count"],
                 "blurb": blurb(row["plain"], result.term),
                 "post_number": row["post_number"],
                 "topic_title_headline": row["title"],
@@ -139,7 +151,8 @@ def as_json(result: SearchResult, avatar: Any, guardian: Guardian) -> dict[str, 
                 "visible": row["visible"],
                 "closed": row["closed"],
                 "archived": row["archived"],
-                "has_accepted_answer": False,
+                # discourse-solved's topic field (search topics are ListableTopicSerializer's)
+                "has_accepted_answer": row["has_accepted_answer"],
             }
         )
     return {

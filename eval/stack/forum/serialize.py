@@ -13,6 +13,7 @@ from eval.stack.forum.guardian import AUTO_GROUPS, Category, Guardian, User
 from eval.stack.forum.store import Row, as_iso
 
 CHUNK_SIZE = 20  # Discourse's post stream page
+LIKE_ACTION_ID = 2  # PostActionType.types[:like]
 # I18n flagging.user_must_edit / flagging.you_must_edit: what BasicPostSerializer#cooked shows instead of a
 # hidden post (the wording is close to server.en.yml, not checked letter for letter).
 HIDDEN_COOKED = "<p>This post was flagged by the community and is temporarily hidden.</p>"
@@ -70,6 +71,15 @@ def reply_quoted(row: Row) -> bool:
     )
 
 
+def actions_summary(row: Row) -> list[dict[str, int]]:
+    """PostSerializer#actions_summary, likes only: ``{"id": 2, "count": n}`` when the post has likes
+    (a zero count is deleted and an entry without ``count`` or ``can_act`` is left out). The double
+    records no other post actions and nobody acts through it, so ``can_act`` and the flag entries that
+    carry only it are not served."""
+    count = int(row.get("like_count") or 0)
+    return [{"id": LIKE_ACTION_ID, "count": count}] if count > 0 else []
+
+
 def post_json(
     row: Row,
     *,
@@ -120,6 +130,7 @@ def post_json(
         "user_deleted": row["user_deleted"],
         "wiki": False,
         "accepted_answer": row["accepted_answer"],
+        "actions_summary": actions_summary(row),
         "moderator": bool(row.get("user_moderator")),
         "admin": bool(row.get("user_admin")),
         "staff": bool(row.get("user_admin")) or bool(row.get("user_moderator")),

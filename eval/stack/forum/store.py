@@ -23,7 +23,7 @@ Row = dict[str, Any]
 _POST_COLUMNS = (
     "p.id, p.topic_id, p.post_number, p.user_id, p.username, p.raw, p.cooked, p.plain, p.post_type,"
     " p.reply_to_post_number, p.version, p.hidden, p.hidden_at, p.hidden_reason_id, p.action_code,"
-    " p.deleted_at, p.user_deleted, p.accepted_answer,"
+    " p.deleted_at, p.user_deleted, p.accepted_answer, p.like_count,"
     " p.created_at, p.updated_at, t.title AS topic_title, t.slug AS topic_slug, t.category_id,"
     " t.archetype AS topic_archetype, ru.username AS reply_to_username, ru.user_id AS reply_to_user_id,"
     " COALESCE(au.admin, false) AS user_admin, COALESCE(au.moderator, false) AS user_moderator,"

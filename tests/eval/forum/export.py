@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 TOPICS: list[dict[str, object]] = [
     {
@@ -44,8 +45,10 @@ def write_export(folder: Path, topics: list[dict[str, object]] = TOPICS) -> Path
         tid = int(topic["id"])  # type: ignore[call-overload]
         posts = []
         raw_parts = []
-        spec: list[tuple[str, str]] = topic["posts"]  # type: ignore[assignment]
-        for n, (username, text) in enumerate(spec, start=1):
+        # a post is (username, text), or (username, text, fields) whose fields override the defaults
+        spec: list[tuple[Any, ...]] = topic["posts"]  # type: ignore[assignment]
+        for n, (username, text, *more) in enumerate(spec, start=1):
+            fields: dict[str, Any] = more[0] if more else {}
             posts.append(
                 {
                     "id": tid * 100 + n,
@@ -64,6 +67,7 @@ def write_export(folder: Path, topics: list[dict[str, object]] = TOPICS) -> Path
                     "deleted_at": None,
                     "user_deleted": False,
                     "accepted_answer": n == 2,
+                    **fields,
                 }
             )
             raw_parts.append(

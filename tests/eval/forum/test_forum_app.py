@@ -140,6 +140,66 @@ def test_search_ands_terms_one_post_per_topic_and_weights_titles(http: TestClien
     assert too_short.json()["errors"] == ["Your search term is too short."]
 
 
+def test_search_returns_each_topic_by_its_first_matching_post(http: TestClient) -> None:
+    """``Search#aggregate_post_sql`` keeps ``min(posts.post_number)`` of a topic's matching posts: the
+    question (#1), whose title every post's search data carries, even where a reply matches better."""
+    client = client_for(http)
+    both = client.search("shader precision")  # in #1 and in the reply #2
+    assert [(h.topic_id, h.post_number) for h in both] == [(10, 1)]
+    reply_only = client.search("mediump qualifier")  # only the reply #2 has these words
+    assert [(h.topic_id, h.post_number) for h in reply_only] == [(10, 2)]
+
+
+def test_likes_and_accepted_answers_are_served_as_discourse_does(empty_db_url: str, tmp_path: Path) -> None:
+    """PostSerializer#actions_summary: likes as ``{"id": 2, "count": n}``, nothing for a post without
+    likes; search's ``like_count`` (SearchPostSerializer) and discourse-solved's ``accepted_answer``."""
+    topic = {
+        "id": 30,
+        "title": "Liked replies",
+        "category_id": 6,
+        "posts": [
+            ("alice", "How do I turn on vsync in the engine?"),
+            ("bob", "Set the vsync flag in the graphics options.", {"like_count": 4, "accepted_answer": 0}),
+            ("carol", "Or pass -vsync on the command line.", {"accepted_answer": True}),
+        ],
+    }
+    store = ForumStore(empty_db_url)
+    try:
+        load_export(store, write_export(tmp_path / "likes", [topic]))
+        app = create_forum_app(store, ForumConfig(api_key=KEY, base_url="http://forum.local"))
+        with TestClient(app.app) as http:
+            posts = http.get("/t/30.json").json()["post_stream"]["posts"]
+            assert [p["actions_summary"] for p in posts] == [[], [{"id": 2, "count": 4}], []]
+            assert [p["accepted_answer"] for p in posts] == [False, False, True]
+            hit = http.get("/search.json", params={"q": "vsync graphics options"}).json()
+            assert [(p["post_number"], p["like_count"]) for p in hit["posts"]] == [(2, 4)]
+            assert hit["topics"][0]["has_accepted_answer"] is True
+    finally:
+        store.close()
+
+
+def test_a_user_api_key_acts_as_its_member_with_its_own_limit(http: TestClient, forum: ForumApp) -> None:
+    """default_current_user_provider.rb: ``User-Api-Key`` acts as the key's member, counts against the
+    key's max_user_api_reqs_per_minute (20), never the site-wide admin-API limiter; unknown key: 403."""
+    added = http.post("/__forum/users", headers=as_user("system"), json={"username": "erin"})
+    assert added.status_code == 200
+    minted = http.post("/__forum/user-api-keys", headers=as_user("system"), json={"username": "erin"})
+    key = {"User-Api-Key": minted.json()["key"]}
+    admin_calls = forum.api_limiter.performed
+    body = {"topic_id": 10, "raw": "Erin asks about precision qualifiers on Android."}
+    posted = http.post("/posts.json", headers=key, json=body)
+    assert (posted.status_code, posted.json()["username"]) == (200, "erin")
+    for _ in range(19):
+        assert http.get("/t/10.json", headers=key).status_code == 200
+    refused = http.get("/t/10.json", headers=key)
+    assert refused.status_code == 429
+    assert refused.headers["Discourse-Rate-Limit-Error-Code"] == "user_api_key_limiter_60_secs"
+    assert forum.api_limiter.performed == admin_calls
+    assert http.get("/t/10.json", headers={"User-Api-Key": "nope"}).status_code == 403
+    unknown = http.post("/__forum/user-api-keys", headers=as_user("system"), json={"username": "nobody"})
+    assert unknown.status_code == 404
+
+
 def test_members_post_notifications_and_signed_webhooks(
     http: TestClient, forum: ForumApp, receiver: tuple[Receiver, str]
 ) -> None:

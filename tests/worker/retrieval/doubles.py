@@ -20,11 +20,24 @@ from pgvector import HalfVector
 from worker.domain import SearchHit
 from worker.errors import CitebotError
 from worker.protocols import KeywordSearch
+from worker.testing.forum import FakeForum
 
 
 def unit(values: Sequence[float]) -> list[float]:
     a = np.asarray(values, dtype=np.float64)
     return [float(x) for x in a / np.linalg.norm(a)]
+
+
+def forum_of(*topic_ids: int, answered: bool = True) -> FakeForum:
+    """Topics ``topic-<t>``: post #1 (id 10·t + 1) asks, #2 (id 10·t + 2, another member) answers when
+    ``answered`` — what the legacy path reads as the reader."""
+    forum = FakeForum()
+    for t in topic_ids:
+        forum.add_topic(t, f"Topic {t}", f"topic-{t}")
+        forum.add_post(10 * t + 1, t, 1, f"question of topic {t}?", username=f"asker{t}", user_id=100 + t)
+        if answered:
+            forum.add_post(10 * t + 2, t, 2, f"answer of topic {t}.", username=f"helper{t}", user_id=200 + t)
+    return forum
 
 
 def hit(post_id: int, topic_id: int, *, post_number: int = 1, category_id: int | None = None) -> SearchHit:

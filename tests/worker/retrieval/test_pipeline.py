@@ -14,15 +14,18 @@ from tests.worker.retrieval.doubles import (
     CannedSearch,
     angle_vector,
     describe_category,
+    forum_of,
     hit,
     insert_post,
 )
-from worker.errors import IndexMismatchError, PermanentError, ServiceUnavailableError
+from worker.domain import ForumTopic
+from worker.errors import IndexMismatchError, PermanentError, ServiceUnavailableError, TransientError
 from worker.generation.prompt import build_prompt
 from worker.retrieval.keyword import TermSelector
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.settings import RetrievalSettings
+from worker.testing.forum import FakeForum
 from worker.testing.models import FakeEmbedder, FakeReranker
 
 pytestmark = pytest.mark.integration
@@ -180,14 +183,59 @@ def test_legacy_when_the_posts_pipeline_is_off(conn: psycopg.Connection) -> None
     s = settings()
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     search = CannedSearch(default=[hit(41, 4), hit(42, 4), hit(21, 2)])
-    with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
+    forum = forum_of(2, 4)
+    with Retriever(embedder, make_index(conn, s), search, None, s, topics=forum) as retriever:
         result = retriever.retrieve(QUESTION, use_posts=False)
     assert result.legacy_reason == "posts pipeline off"
     assert result.grain == "topic"
     assert result.zone == "normal"
-    assert [src.topic_id for src in result.sources] == [4, 2]
+    # each hit topic read as the reader; its answer (#2), not its question (#1), is the source
+    assert [(src.post_id, src.post_number) for src in result.sources] == [(42, 2), (22, 2)]
+    assert result.sources[0].context == ("#1: question of topic 4?",)
+    assert sorted(forum.topic_reads) == [2, 4]
     assert embedder.calls == []  # nothing of the new pipeline ran
     assert result.trace.fallbacks == [{"stage": "retrieval", "reason": "legacy: posts pipeline off"}]
+
+
+def test_legacy_abstains_when_no_hit_topic_has_an_answer(conn: psycopg.Connection) -> None:
+    """Search hits are other members' questions; with no reply to cite the path abstains."""
+    fill(conn)
+    s = settings()
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
+    search = CannedSearch(default=[hit(41, 4), hit(21, 2)])
+    forum = forum_of(2, 4, answered=False)
+    with Retriever(embedder, make_index(conn, s), search, None, s, topics=forum) as retriever:
+        result = retriever.retrieve(QUESTION, use_posts=False)
+    assert (result.zone, result.sources) == ("abstain", ())
+    stage = next(st for st in result.trace.stages if st.name == "legacy_answers")
+    assert stage.counts == {"topics": 2, "answered": 0, "unreadable": 0}
+
+
+def test_legacy_without_a_topic_reader_never_cites_a_question(conn: psycopg.Connection) -> None:
+    fill(conn)
+    s = settings()
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
+    search = CannedSearch(default=[hit(41, 4), hit(22, 2, post_number=2)])
+    with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
+        result = retriever.retrieve(QUESTION, use_posts=False)
+    assert [src.post_id for src in result.sources] == [22]
+
+
+def test_legacy_retries_when_no_hit_topic_can_be_read(conn: psycopg.Connection) -> None:
+    """The reader's reads all fail transiently: a TransientError (the job is retried), not an "I don't
+    know" posted because the forum hiccuped."""
+    fill(conn)
+    s = settings()
+    embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
+    search = CannedSearch(default=[hit(41, 4)])
+
+    class DownForum(FakeForum):
+        def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
+            raise ServiceUnavailableError("503", service="discourse", status=503)
+
+    retriever = Retriever(embedder, make_index(conn, s), search, None, s, topics=DownForum())
+    with retriever, pytest.raises(TransientError):
+        retriever.retrieve(QUESTION, use_posts=False)
 
 
 def test_legacy_keeps_only_hits_whose_topic_the_index_holds_as_citable(conn: psycopg.Connection) -> None:
@@ -197,9 +245,11 @@ def test_legacy_keeps_only_hits_whose_topic_the_index_holds_as_citable(conn: psy
     s = settings()
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     search = CannedSearch(default=[hit(91, 9), hit(41, 4), hit(77, 7), hit(21, 2)])
-    with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
+    forum = forum_of(9, 4, 7, 2)
+    with Retriever(embedder, make_index(conn, s), search, None, s, topics=forum) as retriever:
         result = retriever.retrieve(QUESTION, use_posts=False)
     assert [src.topic_id for src in result.sources] == [4, 2]
+    assert sorted(forum.topic_reads) == [2, 4]  # the others are never read
     stage = next(st for st in result.trace.stages if st.name == "legacy_citable")
     assert stage.counts == {"hits": 4, "kept": 2}
 
@@ -209,7 +259,7 @@ def test_legacy_over_an_empty_index_keeps_the_readers_hits(conn: psycopg.Connect
     s = settings()
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     search = CannedSearch(default=[hit(91, 9), hit(41, 4)])
-    with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
+    with Retriever(embedder, make_index(conn, s), search, None, s, topics=forum_of(9, 4)) as retriever:
         result = retriever.retrieve(QUESTION)
     assert result.legacy_reason == "index empty"
     assert [src.topic_id for src in result.sources] == [9, 4]
@@ -244,12 +294,12 @@ def test_legacy_when_embeddings_fail(conn: psycopg.Connection, error: Exception)
     embedder = FakeEmbedder(model="test-model")
     embedder.fail_with = error  # type: ignore[assignment]
     search = CannedSearch(default=[hit(41, 4)])
-    with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
+    with Retriever(embedder, make_index(conn, s), search, None, s, topics=forum_of(4)) as retriever:
         result = retriever.retrieve(QUESTION)
     assert result.grain == "topic"
     assert result.legacy_reason is not None
     assert type(error).__name__ in result.legacy_reason
-    assert [src.post_id for src in result.sources] == [41]
+    assert [src.post_id for src in result.sources] == [42]
     assert len(search.queries) >= 1  # the keyword branch that already ran is reused, not rerun
     embed = result.trace.get("embed")
     assert embed is not None
