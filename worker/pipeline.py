@@ -740,12 +740,12 @@ def _failure_reason(why: str) -> str:
 
 def _final_state(row: answers.Answer) -> answers.AnswerState:
     """The state a posted reply leaves its row in: what the reply is, not that it was posted."""
+    if isinstance(row.trace, dict) and row.trace.get("kind") == "apology":
+        return "failed"  # its reason says why (a failure's, not a refusal's)
     if row.reason or (row.rule_id or "").startswith(RULE_PREFIX):
         return "denied"  # a refusal notice (``_decline``)
     if row.rule_id:
         return "refused"
-    if isinstance(row.trace, dict) and row.trace.get("kind") == "apology":
-        return "failed"
     return "abstained" if row.zone == "abstain" else "posted"
 
 

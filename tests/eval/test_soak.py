@@ -102,6 +102,6 @@ def test_short_soak_one_kill_one_storm_every_question_answered_exactly_once(tmp_
     assert report["latency_p50_s"] > 0
     assert "generate" in report["stages"]
     assert "post" in report["stages"]
-    saved = list(out.glob("soak-30-*.json"))
+    saved = list(out.glob(f"soak-{QUESTIONS + 6}-*.json"))
     assert saved
     assert json.loads(saved[0].read_text())["duplicates"] == 0
