@@ -130,5 +130,5 @@ def html_to_text(cooked: str) -> str:
 
 def _tidy(text: str) -> str:
     # One line per block, no blank lines: line breaks carry no meaning for the embedding model.
-    lines = (line.strip() for line in _SPACES.sub(" ", text).split("\n"))
-    return "\n".join(line for line in lines if line)
+    # str.strip mapped in C into a list: cheaper than two generators, and the backfill runs it per post.
+    return "\n".join([line for line in map(str.strip, _SPACES.sub(" ", text).split("\n")) if line])

@@ -146,9 +146,6 @@ def raw_copy_rate(url: str, n: int, dimension: int) -> float:
     texts = [f"Topic {i}: rendering question\nCategory 1\n\n" + cooked_for(i)[:500] for i in range(chunk)]
     digests = [hashlib.sha256(t.encode()).digest() for t in texts]
     with psycopg.connect(url) as conn:
-        from pgvector.psycopg import register_vector
-
-        register_vector(conn)
         conn.execute("DROP TABLE IF EXISTS bench_copy_ref")
         conn.execute("CREATE UNLOGGED TABLE bench_copy_ref (LIKE post_index INCLUDING DEFAULTS)")
         conn.execute("ALTER TABLE bench_copy_ref SET LOGGED")
@@ -159,7 +156,8 @@ def raw_copy_rate(url: str, n: int, dimension: int) -> float:
                 "COPY bench_copy_ref (post_id, topic_id, post_number, topic_slug, topic_title, text, digest,"
                 " model, embedding) FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                copy.set_types(["int8", "int8", "int4", "text", "text", "text", "bytea", "text", "halfvec"])
+                # The vectors as the pipeline sends them: pgvector's binary form, passed through as bytes.
+                copy.set_types(["int8", "int8", "int4", "text", "text", "text", "bytea", "text", "bytea"])
                 for k in range(min(chunk, n - base)):
                     i = base + k
                     copy.write_row((i, i // 8, 1, "slug", "title", texts[k], digests[k], "null", vectors[k]))
@@ -168,6 +166,13 @@ def raw_copy_rate(url: str, n: int, dimension: int) -> float:
         conn.execute("DROP TABLE bench_copy_ref")
         conn.commit()
     return n / elapsed
+
+
+def _table_mb(url: str) -> float:
+    """post_index's heap and TOAST, without its indexes, in MiB."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_table_size('post_index')").fetchone()
+    return round(int(row[0]) / 2**20, 1) if row else float("nan")
 
 
 def main(argv: list[str]) -> int:
@@ -202,6 +207,7 @@ def main(argv: list[str]) -> int:
             build_index=not args.no_index,
         )
         summary = run_backfill(settings.database, source, embedder, options)
+        table_mb = _table_mb(url)
         # Second pass: every digest matches, nothing is embedded or written (the steady state).
         again = run_backfill(settings.database, SyntheticSource(args.n), embedder, options)
     finally:
@@ -243,6 +249,7 @@ def main(argv: list[str]) -> int:
         "rss_mb_samples": [[s[0], round(s[1], 1)] for s in source.samples],
         "rss_growth_mb_after_first_sample": round(max(rss) - rss[0], 1) if rss else None,
         "peak_rss_mb": round(peak_mb(), 1),
+        "table_mb": table_mb,
     }
     emit("backfill", figures)
     return 0
