@@ -73,7 +73,7 @@ def test_gate_hit_posts_canned_reply_without_llm(stack: Stack) -> None:
     assert len(stack.bot_replies(12)) == 1
 
 
-def test_flags_flip_without_restart_posts_pipeline_off_gives_topic_links(stack: Stack) -> None:
+def test_flags_flip_without_restart_posts_pipeline_off_cites_the_answer_post(stack: Stack) -> None:
     stack.flags(posts_pipeline=False)
     flipped = time.monotonic()
     # The worker caches flags for CITEBOT_FLAGS__CACHE_TTL_S (2 s here, 60 s by default).
@@ -84,7 +84,11 @@ def test_flags_flip_without_restart_posts_pipeline_off_gives_topic_links(stack: 
     raw = stack.raw(row["reply_post_id"])
     paths = [p for _, p in LINK.findall(raw)]
     assert paths
-    assert all(re.fullmatch(r"/t/[a-z0-9-]+/\d+", p) for p in paths), paths  # legacy: topic links
+    # legacy: Discourse search, then each hit topic's answer (worker/retrieval/legacy.py), never its
+    # question: a post link (citebot_post_links is on) to a reply, post number 2 or more
+    numbers = [re.fullmatch(r"/t/[a-z0-9-]+/\d+/(\d+)", p) for p in paths]
+    assert all(numbers), paths
+    assert all(int(m.group(1)) > 1 for m in numbers if m), paths
     assert row["trace"]["info"]["flags"]["flags"]["posts_pipeline"] is False
 
 
