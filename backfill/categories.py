@@ -142,6 +142,16 @@ def known(conn: psycopg.Connection, category_ids: Iterable[int]) -> dict[int, Kn
     }
 
 
+def names(conn: psycopg.Connection) -> dict[int, str]:
+    """The recorded name of each category that has one: the one place an indexed post's text takes its
+    ``Category:`` line from (``backfill.prepare.compose_text``), whichever source read the post. An
+    export without ``categories.json`` and the API's ``/site.json`` then give the same text, and an
+    unchanged post is not embedded again when the next run reads it through another source."""
+    with conn.transaction():
+        rows = conn.execute("SELECT category_id, name FROM categories WHERE name IS NOT NULL").fetchall()
+    return {int(r[0]): str(r[1]) for r in rows}
+
+
 def restricted_ids(conn: psycopg.Connection) -> frozenset[int]:
     """Categories recorded as read-restricted, or under one that is: their posts are not indexed."""
     with conn.transaction():

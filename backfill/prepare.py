@@ -9,8 +9,8 @@ be embedded again: same digest, no embedder call.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from backfill.evidence import ineligibility
@@ -98,17 +98,27 @@ class Preparer:
     """Turns source posts into ``PreparedPost``s (eligible) or removal reasons (ineligible)."""
 
     def __init__(
-        self, model: str, truncate: Callable[[str], str], excluded_authors: Collection[str] = ()
+        self,
+        model: str,
+        truncate: Callable[[str], str],
+        excluded_authors: Collection[str] = (),
+        category_names: Mapping[int, str] | None = None,
     ) -> None:
         self.model = model
         self.truncate = truncate
         self.excluded_authors = frozenset(a.lower() for a in excluded_authors)
+        # The recorded names (``backfill.categories.names``) win over what the source says; the
+        # source's own name serves only a category not recorded yet.
+        self.category_names = dict(category_names or {})
 
     def prepare(self, post: SourcePost, restricted: Collection[int] = ()) -> PreparedPost | str:
         """The prepared post, or the reason it is not indexed (ineligible, or no text of its own)."""
         reason = ineligibility(post, restricted, self.excluded_authors)
         if reason is not None:
             return reason
+        recorded = self.category_names.get(post.category_id) if post.category_id is not None else None
+        if recorded is not None and recorded != post.category_name:
+            post = replace(post, category_name=recorded)
         text = compose_text(post)
         if not text:
             return "empty"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from backfill.categories import record, restricted_ids
+from backfill.categories import names, record, restricted_ids
 from backfill.embedding import EmbedResult, RetryPolicy, embed_batch
 from backfill.hnsw import build_index, drop_index, index_state
 from backfill.lock import BackfillLock
@@ -128,6 +128,7 @@ class _Run:
         restricted: frozenset[int],
         sleep: Callable[[float], None],
         tokenizer: Any | None,
+        category_names: dict[int, str] | None = None,
     ) -> None:
         self.store = store  # written by the writer thread only
         self.reader = reader  # digest lookups from the reading thread, on a connection of its own
@@ -139,7 +140,9 @@ class _Run:
         max_tokens = int(getattr(embedder, "max_tokens", 0) or options.max_tokens)
         # Never the embedder's own tokenizer: preparation runs beside the embedding threads, and a fast
         # tokenizer is not safe to share (backfill.compose.find_tokenizer gives a private one).
-        self.preparer = Preparer(embedder.model, Truncator(max_tokens, tokenizer), options.excluded_authors)
+        self.preparer = Preparer(
+            embedder.model, Truncator(max_tokens, tokenizer), options.excluded_authors, category_names
+        )
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
         self.timings: dict[str, float] = dict.fromkeys(
@@ -370,6 +373,9 @@ def run_backfill(
             # sequential scan until it exists again. Built first, while no bulk load can run (the lock).
             log.warning("the vector index is %s: building it before this run", index_state(conn))
             build_s = build_index(database.url, concurrently=live)
+        # Read before the categories are recorded: a category now restricted takes its posts out, and
+        # the walk must still start after them (``_since``).
+        newest = store.newest_post_id()
         # The categories the source describes are recorded (a partial list never widens what is
         # public: backfill.categories); the posts of those recorded as restricted are not indexed.
         _record_categories(conn, source)
@@ -380,7 +386,7 @@ def run_backfill(
         cursor = checkpoint.cursor if resume and checkpoint else None
         if isinstance(source, Watermarked):
             saved = checkpoint.saved if checkpoint is not None else {}
-            source.start(saved if resume else {"since": saved.get("since", 0)}, full=options.full)
+            source.start(saved if resume else {"since": _since(newest, saved, options)}, full=options.full)
         store.start_run(source.key, fresh=not resume)
         if resume:
             log.info("resuming %s after post %s", source.key, cursor)
@@ -390,7 +396,7 @@ def run_backfill(
             drop_index(conn)
 
         reader = IndexStore(lookup_conn, embedder.model)
-        run = _Run(store, reader, source, embedder, options, restricted, sleep, tokenizer)
+        run = _Run(store, reader, source, embedder, options, restricted, sleep, tokenizer, names(conn))
         status = "failed"
         stopped: KeyboardInterrupt | None = None
         try:
@@ -475,6 +481,22 @@ def _record_categories(conn: psycopg.Connection, source: PostSource) -> None:
     listed = source.categories()
     if listed is not None:
         record(conn, listed, seen_by=source.key)
+
+
+def _since(newest: int | None, saved: Mapping[str, object], options: BackfillOptions) -> int:
+    """Where a watermarked walk starts: after the post its last completed walk listed; the first time,
+    after the newest post already indexed (a db or file load filled the index: walking the whole forum
+    again through the API would re-read every post at its request budget). ``--full`` ignores both."""
+    since = saved.get("since")
+    if since is not None or options.full:
+        return int(str(since or 0))
+    if newest:
+        log.info(
+            "no earlier walk of this source: reading posts after %d, the newest indexed post"
+            " (--full reads the whole forum)",
+            newest,
+        )
+    return newest or 0
 
 
 def _capped(estimate: int | None, limit: int | None) -> int | None:

@@ -322,6 +322,12 @@ class IndexStore:
 
     # -- size, reindex ------------------------------------------------------------------------------
 
+    def newest_post_id(self) -> int | None:
+        """The highest indexed post id (None: the index is empty)."""
+        with self.conn.transaction():
+            row = self.conn.execute("SELECT max(post_id) FROM post_index").fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
     def count(self) -> int:
         with self.conn.transaction():
             row = self.conn.execute("SELECT count(*) FROM post_index").fetchone()

@@ -353,3 +353,37 @@ def test_a_killed_incremental_run_leaves_the_index_valid_and_the_rerun_resumes(
     with psycopg.connect(db_url) as conn:
         after = conn.execute("SELECT cursor, status FROM backfill_state WHERE source = 'api'").fetchone()
     assert after == ({"since": max(new)}, "done")
+
+
+def test_the_first_api_run_after_a_file_load_reads_only_newer_posts_and_embeds_nothing_twice(
+    double: Double, db_url: str, tmp_path: Path
+) -> None:
+    """Issue 33: over an index a file (or db) load filled, the first `--source api` run had no watermark,
+    walked the whole forum through the API (the demo's ETA: hours) and embedded unchanged posts again,
+    because the API's /site.json names the category the export did not. It starts after the newest
+    indexed post, and a post's `Category:` line comes from the recorded categories whatever the source."""
+    from backfill.sources.file import FileSource
+
+    embedder = FakeEmbedder(model="test-model")
+    database = DatabaseSettings(url=db_url)  # type: ignore[call-arg]
+    options = BackfillOptions(batch_size=2, progress=False)
+    export = write_export(tmp_path / "file-export", TOPICS)  # no categories.json: no names
+    loaded = run_backfill(database, FileSource(export), embedder, options)
+    assert loaded.embedded == 9
+    new = _new_posts(double, [1, 2])
+    calls_before = len(double.app.calls)
+
+    first_api = run_backfill(database, make_source(double, []), embedder, options)
+
+    calls = double.app.calls[calls_before:]
+    assert (first_api.seen, first_api.embedded) == (2, 2)
+    assert sorted(c.path for c in calls) == [
+        "/posts.json", "/site.json", "/t/1.json", "/t/2.json", "/tag_groups.json",
+    ]  # fmt: skip
+    assert _index(db_url)[2] == [101, 102, 103, 201, 202, 203, *new]  # topic 3: staff only, purged
+    # The API recorded the names; a whole-forum walk (--full) embeds each old post once more, its text now
+    # carrying the name, and the export read again afterwards gives the same text: nothing is embedded.
+    full = run_backfill(database, make_source(double, []), embedder, dataclasses.replace(options, full=True))
+    assert (full.embedded, full.skipped) == (6, 2)  # topics 1 and 2's old posts; topic 3 is staff only
+    again = run_backfill(database, FileSource(export), embedder, options)
+    assert again.embedded == 0
