@@ -34,7 +34,7 @@ from eval.stack.forum.app import ApiCall, ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
 from eval.stack.launcher import Launcher
-from eval.stack.postgres import EmbeddedPostgres, ensure_database
+from eval.stack.postgres import EmbeddedPostgres, ensure_database, wait_for_checkpoint
 from worker.budget import ApiBudget
 from worker.db.migrate import migrate
 from worker.db.vector_index import index_state
@@ -179,14 +179,7 @@ def main(argv: list[str]) -> int:
                 cwd=ROOT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
             )
-            saved: dict[str, object] = {}
-            with psycopg.connect(url, autocommit=True) as conn:
-                while proc.poll() is None:
-                    row = conn.execute("SELECT cursor FROM backfill_state WHERE source = 'api'").fetchone()
-                    saved = row[0] if row else {}
-                    if "post_id" in saved:
-                        break
-                    time.sleep(0.05)
+            saved = wait_for_checkpoint(url, "api", running=lambda: proc.poll() is None, timeout_s=600)
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
             killed_gets = _gets(app.calls, mark)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit, urlunsplit
@@ -95,3 +97,21 @@ class EmbeddedPostgres:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def wait_for_checkpoint(
+    url: str, source: str, *, running: Callable[[], bool], timeout_s: float = 15.0
+) -> dict[str, object]:
+    """Poll ``backfill_state`` until the backfill of ``source`` has committed a page with its checkpoint
+    (its cursor holds ``post_id``), the run ends (``running`` is false) or ``timeout_s`` passes; the
+    cursor last read (``{}`` when none). For a test or benchmark that kills a run mid-walk."""
+    saved: dict[str, object] = {}
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(url, autocommit=True) as conn:
+        while running() and time.monotonic() < deadline:
+            row = conn.execute("SELECT cursor FROM backfill_state WHERE source = %s", (source,)).fetchone()
+            saved = dict(row[0]) if row and isinstance(row[0], dict) else {}
+            if "post_id" in saved:
+                break
+            time.sleep(0.05)
+    return saved

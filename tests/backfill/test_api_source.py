@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from eval.stack.forum.app import ForumApp, ForumConfig, create_forum_app
 from eval.stack.forum.loader import load_export
 from eval.stack.forum.store import ForumStore
 from eval.stack.launcher import Launcher
+from eval.stack.postgres import wait_for_checkpoint
 from tests.backfill.conftest import recorded_categories
 from tests.eval.forum.export import write_export
 from worker.budget import ApiBudget
@@ -326,14 +326,7 @@ def test_a_killed_incremental_run_leaves_the_index_valid_and_the_rerun_resumes(
         env={**os.environ, "PYTHONPATH": str(root)},
     )
     try:
-        saved: dict[str, object] = {}
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            for _ in range(300):  # until the first page is committed with its checkpoint
-                row = conn.execute("SELECT cursor FROM backfill_state WHERE source = 'api'").fetchone()
-                saved = row[0] if row else {}
-                if "post_id" in saved:
-                    break
-                time.sleep(0.05)
+        saved = wait_for_checkpoint(db_url, "api", running=lambda: proc.poll() is None)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(10)

@@ -81,22 +81,16 @@ def control_routes(forum: ForumApp) -> list[Route]:
         denied = _denied(forum, request)
         if denied is not None:
             return denied
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
-        name = body.get("username") if isinstance(body, dict) else None
-        if not isinstance(name, str) or not name.strip() or "@" in name:
+        body, name = await _username_body(request)
+        if name is None or "@" in name:
             return error(400, "username is required", "invalid_parameters")
-        if not isinstance(body, dict):  # pragma: no cover - name came from it
-            return error(400, "a JSON object is required", "invalid_parameters")
         try:
             values = _user_values(body)
         except (TypeError, ValueError) as exc:
             return error(400, str(exc), "invalid_parameters")
 
         def upsert() -> User:
-            user = forum.store.ensure_user(name.strip(), admin=bool(body.get("admin", False)))
+            user = forum.store.ensure_user(name, admin=bool(body.get("admin", False)))
             return forum.store.update_user(user.id, values)
 
         user = await run_in_threadpool(upsert)
@@ -120,16 +114,12 @@ def control_routes(forum: ForumApp) -> list[Route]:
         denied = _denied(forum, request)
         if denied is not None:
             return denied
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
-        name = body.get("username") if isinstance(body, dict) else None
-        if not isinstance(name, str) or not name.strip():
+        _, name = await _username_body(request)
+        if name is None:
             return error(400, "username is required", "invalid_parameters")
-        user = await run_in_threadpool(forum.store.user, name.strip())
+        user = await run_in_threadpool(forum.store.user, name)
         if user is None:
-            return error(404, f"no member {name.strip()}: add it with POST /__forum/users", "not_found")
+            return error(404, f"no member {name}: add it with POST /__forum/users", "not_found")
         return JSONResponse({"username": user.username, "key": forum.user_api_keys.mint(user.username)})
 
     async def hide_post(request: Request) -> Response:
@@ -227,3 +217,15 @@ def control_routes(forum: ForumApp) -> list[Route]:
         Route("/__forum/webhooks", webhook_log, methods=["GET"]),
         Route("/__forum/webhooks/{event_id:int}/redeliver", redeliver, methods=["POST"]),
     ]
+
+
+async def _username_body(request: Request) -> tuple[dict[str, Any], str | None]:
+    """The request's JSON object and its non-blank ``username`` (stripped; None when missing)."""
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return {}, None
+    name = body.get("username")
+    return body, name.strip() if isinstance(name, str) and name.strip() else None
