@@ -1,15 +1,15 @@
 """Embedding batches for the backfill: retries on transient errors, isolation of permanent ones.
 
-A ``TransientError`` (timeout, 429, 5xx) is retried with exponential backoff, honouring the server's
-``retry_after``; when the retries run out it propagates and the run stops with its checkpoint (the
-service is down: continuing would only mark every post failed). A ``PermanentError`` on a batch is
-retried text by text, so one bad text (say, a 413) fails alone and is counted, not the batch.
+A ``TransientError`` (timeout, 429, 5xx) is retried in place (``worker.retry``: the server's
+``retry_after``, else exponential backoff); when the retries run out it propagates and the run stops
+with its checkpoint (the service is down: continuing would only mark every post failed). A
+``PermanentError`` on a batch is retried text by text, so one bad text (say, a 413) fails alone and is
+counted, not the batch.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,19 +19,11 @@ from numpy.typing import NDArray
 
 from worker.errors import PermanentError, TransientError
 from worker.protocols import Embedder
+from worker.retry import RetryPolicy, call_with_retry
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    attempts: int = 6
-    base_s: float = 1.0
-    cap_s: float = 60.0
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        backoff = min(self.cap_s, self.base_s * 2.0**attempt) * (0.5 + random.random() / 2)  # noqa: S311
-        return max(backoff, retry_after or 0.0)
+DEFAULT_RETRY = RetryPolicy()  # 6 tries, 1 s doubling to 60 s, with jitter
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,27 +52,23 @@ def embed_with_retry(
     embedder: Embedder,
     texts: Sequence[str],
     *,
-    policy: RetryPolicy = RetryPolicy(),
+    policy: RetryPolicy = DEFAULT_RETRY,
     sleep: Callable[[float], None] = time.sleep,
 ) -> NDArray[np.float32]:
     """Vectors for ``texts``; retries transient failures, re-raises the last one when out of attempts."""
-    for attempt in range(policy.attempts):
-        try:
-            return _as_array(embedder, texts)
-        except TransientError as exc:
-            if attempt + 1 >= policy.attempts:
-                raise
-            wait = policy.delay(attempt, exc.retry_after)
-            log.warning("embedding failed (%s); retry %d in %.1f s", exc, attempt + 1, wait)
-            sleep(wait)
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    def logged(exc: TransientError, retry: int, wait: float) -> float:
+        log.warning("embedding failed (%s); retry %d in %.1f s", exc, retry, wait)
+        return wait
+
+    return call_with_retry(lambda: _as_array(embedder, texts), policy, sleep=sleep, on_retry=logged)
 
 
 def embed_batch(
     embedder: Embedder,
     texts: Sequence[str],
     *,
-    policy: RetryPolicy = RetryPolicy(),
+    policy: RetryPolicy = DEFAULT_RETRY,
     sleep: Callable[[float], None] = time.sleep,
 ) -> EmbedResult:
     """Embed one batch; on a permanent error, embed its texts one by one and count the ones that fail."""

@@ -24,17 +24,17 @@ from dataclasses import asdict, dataclass
 import psycopg
 from pgvector import Vector
 
-from backfill.embedding import EmbedResult, RetryPolicy, embed_batch
+from backfill.embedding import DEFAULT_RETRY, EmbedResult, embed_batch
 from backfill.lock import BackfillLock
 from backfill.progress import Progress
 from worker.db.connect import connect
 from worker.protocols import Embedder
 from worker.retrieval.excerpts import check_excerpt_meta, excerpt_of, read_excerpt_meta
+from worker.retry import RetryPolicy
 from worker.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
 LOCK_KEY = "excerpts"
-DEFAULT_RETRY = RetryPolicy()
 
 _PAGE_SQL = """
 SELECT p.post_id, p.topic_title, p.text, e.digest

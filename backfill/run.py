@@ -25,7 +25,7 @@ import numpy as np
 import psycopg
 
 from backfill.categories import names, record, restricted_ids
-from backfill.embedding import EmbedResult, RetryPolicy, embed_batch
+from backfill.embedding import EmbedResult, embed_batch
 from backfill.hnsw import build_index, drop_index, index_state
 from backfill.lock import BackfillLock
 from backfill.prepare import PreparedPost, Preparer, Truncator
@@ -36,6 +36,7 @@ from backfill.store import IndexStore
 from worker.db.connect import connect
 from worker.db.meta import check_index_meta, read_index_meta
 from worker.protocols import Embedder
+from worker.retry import RetryPolicy
 from worker.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)

@@ -45,6 +45,7 @@ from worker.budget import ApiBudget
 from worker.clients import http as outbound
 from worker.domain import ForumCategory
 from worker.errors import AuthError, NotFoundError, RateLimitedError, ServiceUnavailableError, TransientError
+from worker.retry import RetryPolicy, call_with_retry
 from worker.settings import DiscourseSettings
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class ApiSource:
         self.settings = settings
         # The site-wide budget at the lowest priority: answers and index refresh go first.
         self.budget = budget if budget is not None else ApiBudget(settings, sleep=sleep)
-        self.max_retries = max_retries
+        self.retry = RetryPolicy(attempts=max_retries + 1)  # worker.retry: 1 s doubling, capped at 60 s
         self.sleep = sleep
         self._topics: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._categories: dict[int, ForumCategory] | None = None
@@ -213,21 +214,21 @@ class ApiSource:
     def _get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """One GET within the site-wide API budget (``bulk``), with 429 and 5xx retried (a 429 pauses
         the budget for every process for the server's wait)."""
-        for attempt in range(self.max_retries + 1):
+
+        def get() -> dict[str, Any]:
             self.budget.acquire("bulk")
-            try:
-                return self._request(path, params)
-            except TransientError as exc:
-                if attempt >= self.max_retries:
-                    raise
-                if isinstance(exc, RateLimitedError):
-                    self.budget.pause(exc.retry_after if exc.retry_after is not None else 60.0)
-                    log.warning("%s; the API budget waits %.1f s", exc, exc.retry_after or 60.0)
-                    continue
-                wait = exc.retry_after if exc.retry_after is not None else min(60.0, 2.0**attempt)
-                log.warning("%s; retrying in %.1f s", exc, wait)
-                self.sleep(wait)
-        raise AssertionError("unreachable")  # pragma: no cover
+            return self._request(path, params)
+
+        def waited(exc: TransientError, retry: int, wait: float) -> float:
+            if isinstance(exc, RateLimitedError):  # every process waits: the budget's shared pause
+                pause = exc.retry_after if exc.retry_after is not None else 60.0
+                self.budget.pause(pause)
+                log.warning("%s; the API budget waits %.1f s", exc, pause)
+                return 0.0
+            log.warning("%s; retry %d in %.1f s", exc, retry, wait)
+            return wait
+
+        return call_with_retry(get, self.retry, sleep=self.sleep, on_retry=waited)
 
     def _request(self, path: str, params: dict[str, Any] | None) -> dict[str, Any]:
         headers = {

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from backfill.embedding import RetryPolicy, embed_batch, embed_with_retry
+from backfill.embedding import embed_batch, embed_with_retry
 from backfill.progress import Progress
 from worker.errors import RateLimitedError, ServiceUnavailableError, ValidationError
+from worker.retry import RetryPolicy
 from worker.testing.models import FakeEmbedder
 
 

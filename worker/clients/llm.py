@@ -1,13 +1,14 @@
 """``OpenAIChatClient``: ``/v1/chat/completions`` on Ollama, vLLM, llama.cpp or a hosted API.
 
-Retry policy (inside one call, before the actor's own retries): 429, 5xx, timeouts, connection errors
-and empty completions are retried up to ``settings.max_retries`` times. The wait is the server's
-``Retry-After`` when it sent one, else ``backoff_s * 2**attempt``, both capped at ``max_wait_s``; a
-``Retry-After`` longer than the cap is not slept on: the ``RateLimitedError`` propagates at once so the
-actor reschedules the message instead of holding a worker thread. After the last try the transient
-error propagates. Everything else (400/413/422 → ValidationError, 401/403 → AuthError, 404 →
-NotFoundError, a malformed body, an empty completion cut by ``max_tokens``) is a PermanentError. A
-completion cut by ``max_tokens`` loses its unfinished last sentence, so no half sentence is posted.
+Retry policy (``worker.retry``, inside one call, before the actor's own retries): 429, 5xx, timeouts,
+connection errors and empty completions are retried up to ``settings.max_retries`` times. The wait is
+the server's ``Retry-After`` when it sent one, else ``backoff_s * 2**attempt`` capped at ``max_wait_s``,
+without jitter; a ``Retry-After`` longer than the cap is not slept on: the ``RateLimitedError``
+propagates at once so the actor reschedules the message instead of holding a worker thread. After the
+last try the transient error propagates. Everything else (400/413/422 → ValidationError, 401/403 →
+AuthError, 404 → NotFoundError, a malformed body, an empty completion cut by ``max_tokens``) is a
+PermanentError. A completion cut by ``max_tokens`` loses its unfinished last sentence, so no half
+sentence is posted.
 
 Statuses, transport failures, ``Retry-After`` and error bodies (nested ``{"error": {"message", "type",
 "code"}}``, flat ``{"object": "error", ...}``, ``{"error": "text"}``, plain text) are mapped by
@@ -35,6 +36,7 @@ from worker.errors import (
     TransientError,
     ValidationError,
 )
+from worker.retry import RetryPolicy, call_with_retry
 from worker.settings import LlmSettings
 
 log = logging.getLogger(__name__)
@@ -73,8 +75,14 @@ class OpenAIChatClient:
         self._http = http
         self._settings = settings
         self._sleep = sleep
-        self._backoff_s = backoff_s
-        self._max_wait_s = max_wait_s
+        # Exact waits (no jitter): one call's few retries, before the actor's own (``worker.retry``).
+        self._retry = RetryPolicy(
+            attempts=settings.max_retries + 1,
+            base_s=backoff_s,
+            cap_s=max_wait_s,
+            jitter=False,
+            longest_wait_s=max_wait_s,
+        )
         self._url = chat_completions_url(settings.base_url)
 
     @property
@@ -90,30 +98,25 @@ class OpenAIChatClient:
             "temperature": self._settings.temperature,
             "stream": False,
         }
-        attempt = 0
-        while True:
-            try:
-                return self._parse(self._request(payload))
-            except TransientError as exc:
-                wait = self._wait(exc, attempt)
-                if attempt >= self._settings.max_retries or wait is None:
-                    LLM_REQUESTS.labels(outcome="gave_up").inc()
-                    raise
-                attempt += 1
-                log.warning(
-                    "LLM call failed (%s), retry %d/%d in %.1f s",
-                    type(exc).__name__,
-                    attempt,
-                    self._settings.max_retries,
-                    wait,
-                    extra={"stage": "generate", "status": exc.status},
-                )
-                self._sleep(wait)
 
-    def _wait(self, exc: TransientError, attempt: int) -> float | None:
-        if exc.retry_after is not None:
-            return exc.retry_after if exc.retry_after <= self._max_wait_s else None
-        return min(self._backoff_s * 2.0**attempt, self._max_wait_s)
+        def logged(exc: TransientError, retry: int, wait: float) -> float:
+            log.warning(
+                "LLM call failed (%s), retry %d/%d in %.1f s",
+                type(exc).__name__,
+                retry,
+                self._settings.max_retries,
+                wait,
+                extra={"stage": "generate", "status": exc.status},
+            )
+            return wait
+
+        try:
+            return call_with_retry(
+                lambda: self._parse(self._request(payload)), self._retry, sleep=self._sleep, on_retry=logged
+            )
+        except TransientError:
+            LLM_REQUESTS.labels(outcome="gave_up").inc()
+            raise
 
     def _request(self, payload: dict[str, object]) -> Any:
         headers = {"Accept": "application/json"}
