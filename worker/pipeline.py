@@ -241,10 +241,13 @@ class AnswerPipeline:
         trace.info["question"] = asked.trace()
         question = asked.text
         log.debug("question of post %d: %s", post_id, question, extra={"post_id": post_id})
-        trace.info["language"] = detect_language(question)
+        # The member's own words say what is asked, in which language, and whether it is refused; the
+        # conversation around them only helps find the answer.
+        words = asked.own or question
+        trace.info["language"] = detect_language(words)
 
         # stage 0: the gate, its rules and its embedding layer; either refuses the same way
-        screen = self._screen(question, flags, trace)
+        screen = self._screen(words, flags, trace)
         refusal, vector = screen.refusal, screen.vector
         if refusal is not None:
             answers.transition(
@@ -266,7 +269,7 @@ class AnswerPipeline:
                 use_posts=flags.posts_pipeline,
                 use_rerank=flags.rerank,
                 trace=trace,
-                query_vector=vector,
+                query_vector=vector if words == question else None,
                 embed_error=screen.embed_error,
             )
         for fb in result.trace.fallbacks:
