@@ -243,7 +243,7 @@ def earlier(
     posted as one of the ``pointed`` posts (the one the post replies to or quotes), else the member's
     latest answered question in the topic; None when the bot has answered neither."""
     row = conn.execute(
-        "SELECT post_id, post_number, reply_post_number, sources FROM answers"
+        "SELECT post_id, post_number, reply_post_number, sources, trace FROM answers"
         " WHERE topic_id = %s AND reply_post_number IS NOT NULL AND reply_post_number < %s"
         " AND state IN ('posted', 'abstained') AND (reply_post_number = ANY(%s) OR user_id = %s)"
         " ORDER BY reply_post_number = ANY(%s) DESC, reply_post_number DESC LIMIT 1",
@@ -251,9 +251,24 @@ def earlier(
     ).fetchone()
     if row is None:
         return None
-    sources = row[3] if isinstance(row[3], list) else []
-    cited = tuple(int(s["post_id"]) for s in sources if isinstance(s, dict) and s.get("post_id"))
-    return EarlierAnswer(int(row[0]), row[1], row[2], cited)
+    return EarlierAnswer(int(row[0]), row[1], row[2], cited_posts(row[3], row[4]))
+
+
+def cited_posts(sources: Any, trace: Any) -> tuple[int, ...]:
+    """The post ids a posted reply cites: of the ``sources`` handed to the model (the row's), those whose
+    number the last sanitize stage of the ``trace`` resolved; all of them when the trace does not say."""
+    by_n = {
+        int(s.get("n") or 0): int(s["post_id"])
+        for s in (sources if isinstance(sources, list) else [])
+        if isinstance(s, dict) and s.get("post_id")
+    }
+    stages = trace.get("stages") if isinstance(trace, dict) else None
+    sanitized = [s for s in stages or [] if isinstance(s, dict) and s.get("name") == "sanitize"]
+    info = sanitized[-1].get("info") if sanitized else None
+    numbers = info.get("cited") if isinstance(info, dict) else None
+    if not isinstance(numbers, list):
+        return tuple(by_n.values())
+    return tuple(by_n[n] for n in numbers if isinstance(n, int) and n in by_n)
 
 
 def recent(
