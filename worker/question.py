@@ -179,16 +179,19 @@ def thread_question(
 ) -> Question:
     """The question of a post written as ``question`` after the posts of ``thread`` (oldest first) in a
     topic titled ``title``. The first post of the thread is the opening; the last is the post replied
-    to, or with ``follow_up`` the member's earlier question (to which the bot answered, citing
-    ``already_cited``). No thread and a title: a new topic's first post. Neither: a question alone."""
+    to. With ``follow_up`` the thread ends with the bot's answer (never read: the bot's own words),
+    the member's earlier question just before it (a thread of one post is that question alone); the
+    bot cited ``already_cited`` then. No thread and a title: a new topic's first post. Neither: a
+    question alone."""
     thread = [t for t in thread if t.strip()]
     if follow_up and thread:
+        earlier = len(thread) - 2 if len(thread) > 1 else 0
         return build_question(
             question,
             bot_username,
             title=title,
-            earlier_question=thread[-1],
-            opening=thread[0] if len(thread) > 1 else "",
+            earlier_question=thread[earlier],
+            opening=thread[0] if earlier > 0 else "",
             already_cited=already_cited,
             shape="follow_up",
         )

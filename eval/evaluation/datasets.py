@@ -5,9 +5,9 @@ hidden from retrieval for that question, e.g. its own first post) and ``tags``. 
 ``out_of_domain`` has no gold: it measures abstention.
 
 A question asked in a conversation may also carry ``title`` (its topic's title), ``thread`` (the
-topic's earlier posts, oldest first; for a ``follow_up``, the member's earlier question last, and what
-the bot cited then in ``exclude_post_ids``) and ``shape`` (``new_topic``, ``reply_mention``,
-``short_direct``, ``follow_up``, …: reported apart). What retrieval is asked is built by the worker's
+topic's earlier posts, oldest first; for a ``follow_up``, the member's earlier question then the
+bot's answer last, and what the bot cited then in ``exclude_post_ids``) and ``shape``
+(``new_topic``, ``reply_mention``, ``short_direct``, ``follow_up``, …: reported apart). What retrieval is asked is built by the worker's
 own function (``worker.question.thread_question``), as the worker builds it from the forum.
 """
 
@@ -168,7 +168,7 @@ def parse_question(line: str, where: str) -> Question:
     if shape is not None and (not isinstance(shape, str) or not shape):
         raise DatasetError(f"{where}: shape must be a non-empty string")
     if shape == FOLLOW_UP and not thread:
-        raise DatasetError(f"{where}: a follow_up needs the earlier question as the last post of thread")
+        raise DatasetError(f"{where}: a follow_up needs the earlier question in thread")
     q = Question(
         id=qid,
         question=text,

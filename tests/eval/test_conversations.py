@@ -37,7 +37,7 @@ ROWS = [
         "id": "c-follow",
         "question": "That didn't work, any other idea?",
         "title": "Cascaded shadows for the sun light",
-        "thread": ["@citebot how do I set up cascaded shadows for the sun light?"],
+        "thread": ["@citebot how do I set up cascaded shadows for the sun light?", "(bot answer)"],
         "shape": "follow_up",
         "gold_topic_ids": [21],
         "exclude_post_ids": [2002],
@@ -87,7 +87,7 @@ def test_a_conversation_question_gets_no_short_form() -> None:
         ({"title": 3}, "title must be a string"),
         ({"thread": "one post"}, "thread must be a list"),
         ({"shape": ""}, "shape must be"),
-        ({"shape": "follow_up"}, "needs the earlier question"),
+        ({"shape": "follow_up"}, "needs the earlier question in thread"),
     ],
 )
 def test_bad_conversation_fields_are_refused(row: dict[str, object], message: str) -> None:

@@ -127,6 +127,13 @@ def test_a_follow_up_carries_the_earlier_question_and_what_was_cited() -> None:
     assert q.trace()["already_cited"] == [42, 7]
 
 
+def test_a_follow_up_thread_ends_with_the_bots_answer_which_is_never_read() -> None:
+    thread = ["Opening post about the shadows.", "@citebot how do I set cascades?", "Use four splits [[1]]"]
+    q = thread_question("That didn't work, any other idea?", "citebot", thread=thread, follow_up=True)
+    assert (q.opening, q.earlier_question) == ("Opening post about the shadows.", "how do I set cascades?")
+    assert "four splits" not in q.text
+
+
 def test_thread_question_shapes() -> None:
     alone = thread_question("How do I load a scene from XML?", "citebot")
     assert (alone.shape, alone.text) == ("direct", "How do I load a scene from XML?")
