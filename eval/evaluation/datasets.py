@@ -7,8 +7,9 @@ hidden from retrieval for that question, e.g. its own first post) and ``tags``. 
 A question asked in a conversation may also carry ``title`` (its topic's title), ``thread`` (the
 topic's earlier posts, oldest first; for a ``follow_up``, the member's earlier question then the
 bot's answer last, and what the bot cited then in ``exclude_post_ids``) and ``shape``
-(``new_topic``, ``reply_mention``, ``short_direct``, ``follow_up``, …: reported apart). What retrieval is asked is built by the worker's
-own function (``worker.question.thread_question``), as the worker builds it from the forum.
+(``new_topic``, ``reply_mention``, ``short_direct``, ``follow_up``, …: reported apart). What
+retrieval is asked is built by the worker's own function (``worker.question.thread_question``), as
+the worker builds it from the forum.
 """
 
 from __future__ import annotations
