@@ -19,6 +19,10 @@ trailing sign-offs removed; code kept, it often *is* the question) and each boun
 - ``already_cited``: post ids the bot cited in its earlier answer (a follow-up): retrieval leaves them
   out, so the bot neither repeats them nor forgets what it said (the earlier question stays in).
 
+A reply whose own words stand alone (:func:`stands_alone`: they name a subject and point at nothing
+said before) is asked as the member wrote it, with only what they quoted or asked the bot earlier: a
+question asked in someone else's thread is often about something else.
+
 The asked text is ``title``, ``own``, then the context parts in that order of priority, which share
 ``CONTEXT_CHARS`` less half the member's own length (a long question of the member's needs less
 context; never under ``MIN_CONTEXT_CHARS``). A post that is only a mention ("@citebot ?") asks about
@@ -37,6 +41,7 @@ from worker.domain import ForumPost, ForumTopic
 from worker.errors import NotFoundError
 from worker.html_text import html_to_text
 from worker.quotes import markdown_quotes, raw_quotes
+from worker.retrieval.stopwords import STOP_WORDS
 
 Shape = Literal["direct", "new_topic", "reply", "follow_up"]
 
@@ -60,6 +65,19 @@ CONTEXT_CHARS = 800
 MIN_CONTEXT_CHARS = 300
 MIN_PART_CHARS = MIN_QUESTION_CHARS  # a context part shorter than this says nothing: left out
 CONTEXT_ORDER = ("quoted", "earlier_question", "replied_to", "opening")
+# A reply whose own words name a subject (this many words that are not stop-words) and point at nothing
+# earlier stands alone: the thread's title and posts are not added (a question asked in someone else's
+# thread is often about something else). Pointing words: the member leans on what was said before.
+STANDALONE_WORDS = 3
+_POINTING = frozenset(
+    {
+        "this", "that", "it", "its", "these", "those", "them", "they", "same", "above", "here", "there",
+        "other", "another", "else", "still", "also", "again", "idea", "ideas",
+        "ça", "cela", "ceci", "celui", "celle", "pareil", "même", "dessus", "ici", "autre", "encore",
+        "idée", "toujours",
+    }
+)  # fmt: skip
+_LETTERS = re.compile(r"[^\W\d_]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +129,14 @@ def extract_question(raw: str, bot_username: str) -> str:
     return text if len(text) >= MIN_QUESTION_CHARS else ""
 
 
+def stands_alone(own: str) -> bool:
+    """Do the member's own words name what they ask about, without pointing back at the thread?"""
+    words = _LETTERS.findall(own.lower())
+    if _POINTING.intersection(words):
+        return False
+    return sum(1 for w in words if len(w) >= 3 and w not in STOP_WORDS) >= STANDALONE_WORDS
+
+
 def clip(text: str, limit: int) -> str:
     """``text`` cut at a word to at most ``limit`` characters."""
     if len(text) <= limit:
@@ -135,6 +161,8 @@ def build_question(
 
     Every part is plain text or raw Markdown; each is cleaned (:func:`clean`) and cut here."""
     own = clip(extract_question(raw, bot_username), OWN_CHARS)
+    if shape in ("reply", "follow_up") and stands_alone(own):
+        title = replied_to = opening = ""  # the thread's; what the member pointed at stays
     found = {
         "quoted": "\n\n".join(c for c in (clean(q, bot_username) for q in quoted) if c),
         "earlier_question": clean(earlier_question, bot_username),

@@ -11,6 +11,7 @@ from worker.question import (
     extract_question,
     pointed_posts,
     read_question,
+    stands_alone,
     thread_question,
 )
 from worker.quotes import Quote, markdown_quotes, raw_quotes
@@ -229,3 +230,35 @@ def test_read_question_reads_a_post_outside_the_first_chunk_by_number() -> None:
     q = read_question(post, topic, forum, "citebot")
     assert q.replied_to == "Keep the music node in a scene you never unload."
     assert forum.by_number_calls == 2  # the post replied to and the opening post
+
+
+@pytest.mark.parametrize(
+    ("own", "alone"),
+    [
+        ("how do I stop terrain LOD popping?", True),
+        ("comment compiler les shaders pour Android ?", True),
+        ("can you help with this one?", False),  # names nothing
+        ("That didn't work, any other idea?", False),  # points back
+        ("does it also happen with GLES3 on iOS?", False),
+        ("une idée ? même erreur après avoir tout nettoyé", False),
+    ],
+)
+def test_a_question_stands_alone_when_it_names_a_subject_and_points_at_nothing(own: str, alone: bool) -> None:
+    assert stands_alone(own) is alone
+
+
+def test_a_reply_that_stands_alone_is_asked_as_written_with_what_it_quoted() -> None:
+    q = build_question(
+        "@citebot how do I stop terrain LOD popping?",
+        "citebot",
+        title="Simple FPS counter",
+        quoted=["the LOD bias did nothing for me"],
+        replied_to="Nice, the debug hud also shows the frame rate.",
+        opening="I added a simple FPS counter to the samples.",
+        shape="reply",
+    )
+    assert q.text == "how do I stop terrain LOD popping?\n\nthe LOD bias did nothing for me"
+    new_topic = build_question(
+        "@citebot how do I stop terrain LOD popping?", "citebot", title="LOD", shape="new_topic"
+    )
+    assert new_topic.title == "LOD"  # a new topic's title is the member's own
