@@ -37,11 +37,13 @@ from sanitizer import from_dicts, sanitize
 from tests.worst_case import POST_LIMIT, over_budget
 from worker.addressing import cooked_mentions, mentions
 from worker.clients.llm import cut_to_last_sentence
+from worker.domain import ForumPost, ForumTopic
 from worker.generation.fence import neutralise
 from worker.generation.offline import phrases_for
 from worker.html_text import html_to_text
-from worker.question import question_for
+from worker.question import read_question
 from worker.retrieval.keyword import TermSelector
+from worker.testing.forum import FakeForum
 
 PACKAGES = ("worker", "gate", "sanitizer", "backfill")
 STAGE_FACTOR = 4.0
@@ -151,6 +153,14 @@ def _sources_of(*modules: str) -> str:
     return "".join(p.pattern for n, p in MODULE_PATTERNS.items() if n.rsplit(".", 1)[0] in modules)
 
 
+def _read_question(text: str) -> object:
+    """A post of ``text`` replying to, and quoting, an opening post of ``text`` (raw and cooked)."""
+    opening = ForumPost(1, 1, 1, "alice", 2, cooked=text, raw=text)
+    post = ForumPost(2, 1, 2, "bob", 3, cooked=text, raw=text, reply_to_post_number=1)
+    topic = ForumTopic(1, text[:200], "t", 1, posts=(opening,))
+    return read_question(post, topic, FakeForum(), "citebot").text
+
+
 _EVIDENCE = from_dicts([{"n": 1, "topic_id": 3, "post_number": 1, "slug": "a-topic", "title": "A topic"}])
 _GATE = Gate.load()
 _TERMS = TermSelector()
@@ -161,7 +171,10 @@ ENTRY_POINTS: dict[str, tuple[Callable[[str], object], str]] = {
         lambda t: cooked_mentions("@citebot" + t, "citebot"),
         _sources_of("worker.addressing") + '<a class="mention"></a><aside class="quote">',
     ),
-    "question_for": (lambda t: question_for(t, "citebot", "title", t), _sources_of("worker.question")),
+    "read_question": (
+        lambda t: _read_question(t),
+        _sources_of("worker.question", "worker.quotes") + '[quote="a, post:1, topic:1"]',
+    ),
     "keyword_queries": (_TERMS.keyword_queries, _sources_of("worker.retrieval.keyword")),
     "gate check": (_GATE.check, _sources_of("gate.normalize", "gate.matcher", "gate.language")),
     "sanitize": (

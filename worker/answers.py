@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 
 from worker.domain import Delivery
 from worker.metrics import UNANSWERED
+from worker.question import EarlierAnswer
 
 AnswerState = Literal[
     "queued", "retrieved", "generated", "posted", "abstained", "refused", "failed", "skipped",
@@ -229,6 +230,45 @@ def is_bot_reply(conn: psycopg.Connection[Any], topic_id: int, post_number: int)
         (topic_id, post_number),
     ).fetchone()
     return row is not None
+
+
+def earlier(
+    conn: psycopg.Connection[Any],
+    topic_id: int,
+    post_number: int,
+    user_id: int,
+    pointed: Collection[int] = (),
+) -> EarlierAnswer | None:
+    """The bot's earlier answer that a post (``post_number`` by ``user_id``) follows up on: the answer
+    posted as one of the ``pointed`` posts (the one the post replies to or quotes), else the member's
+    latest answered question in the topic; None when the bot has answered neither."""
+    row = conn.execute(
+        "SELECT post_id, post_number, reply_post_number, sources, trace FROM answers"
+        " WHERE topic_id = %s AND reply_post_number IS NOT NULL AND reply_post_number < %s"
+        " AND state IN ('posted', 'abstained') AND (reply_post_number = ANY(%s) OR user_id = %s)"
+        " ORDER BY reply_post_number = ANY(%s) DESC, reply_post_number DESC LIMIT 1",
+        (topic_id, post_number, list(pointed), user_id, list(pointed)),
+    ).fetchone()
+    if row is None:
+        return None
+    return EarlierAnswer(int(row[0]), row[1], row[2], cited_posts(row[3], row[4]))
+
+
+def cited_posts(sources: Any, trace: Any) -> tuple[int, ...]:
+    """The post ids a posted reply cites: of the ``sources`` handed to the model (the row's), those whose
+    number the last sanitize stage of the ``trace`` resolved; all of them when the trace does not say."""
+    by_n = {
+        int(s.get("n") or 0): int(s["post_id"])
+        for s in (sources if isinstance(sources, list) else [])
+        if isinstance(s, dict) and s.get("post_id")
+    }
+    stages = trace.get("stages") if isinstance(trace, dict) else None
+    sanitized = [s for s in stages or [] if isinstance(s, dict) and s.get("name") == "sanitize"]
+    info = sanitized[-1].get("info") if sanitized else None
+    numbers = info.get("cited") if isinstance(info, dict) else None
+    if not isinstance(numbers, list):
+        return tuple(by_n.values())
+    return tuple(by_n[n] for n in numbers if isinstance(n, int) and n in by_n)
 
 
 def recent(

@@ -56,7 +56,7 @@ from worker.limits import LimitDecision, RateLimiter
 from worker.members import MemberDirectory
 from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
-from worker.question import extract_question, question_for
+from worker.question import Question, pointed_posts, read_question
 from worker.recheck import Recheck, SourceCheck
 from worker.retrieval.pipeline import Retriever
 from worker.settings import Settings
@@ -237,12 +237,17 @@ class AnswerPipeline:
                 return self._over_limit(conn, post, limit, state.summon, trace)
 
         with self._stage(trace, "question"):
-            question = self._question(post, topic)
+            asked = self._question(conn, post, topic)
+        trace.info["question"] = asked.trace()
+        question = asked.text
         log.debug("question of post %d: %s", post_id, question, extra={"post_id": post_id})
-        trace.info["language"] = detect_language(question)
+        # The member's own words say what is asked, in which language, and whether it is refused; the
+        # conversation around them only helps find the answer.
+        words = asked.own or question
+        trace.info["language"] = detect_language(words)
 
         # stage 0: the gate, its rules and its embedding layer; either refuses the same way
-        screen = self._screen(question, flags, trace)
+        screen = self._screen(words, flags, trace)
         refusal, vector = screen.refusal, screen.vector
         if refusal is not None:
             answers.transition(
@@ -260,11 +265,11 @@ class AnswerPipeline:
         with self._stage(trace, "retrieve_total"):
             result = self.retriever.retrieve(
                 question,
-                exclude_post_ids=(post_id,),
+                exclude_post_ids=(post_id, *asked.already_cited),
                 use_posts=flags.posts_pipeline,
                 use_rerank=flags.rerank,
                 trace=trace,
-                query_vector=vector,
+                query_vector=vector if words == question else None,
                 embed_error=screen.embed_error,
             )
         for fb in result.trace.fallbacks:
@@ -706,18 +711,15 @@ class AnswerPipeline:
         except NotFoundError:
             return None
 
-    def _question(self, post: ForumPost, topic: ForumTopic) -> str:
-        bot = self.settings.discourse.bot_username
-        own = extract_question(post.raw or "", bot)
-        if own:
-            return own
-        # Only a mention: the question is the topic's (title and its first post, from the read the
-        # summon policy made).
-        first = next((p for p in topic.posts if p.post_number == 1), None)
-        first_raw = (
-            None if first is None else (first.raw if first.raw is not None else html_to_text(first.cooked))
-        )
-        return question_for("", bot, topic.title or post.topic_title, first_raw)
+    def _question(self, conn: psycopg.Connection[Any], post: ForumPost, topic: ForumTopic) -> Question:
+        """The question of ``post`` in its conversation (``worker.question``): a follow-up to the bot's
+        earlier answer in the topic carries that answer's question and cited posts."""
+        earlier = None
+        if post.post_number > 1:
+            earlier = answers.earlier(
+                conn, post.topic_id, post.post_number, post.user_id, pointed_posts(post)
+            )
+        return read_question(post, topic, self.forum, self.settings.discourse.bot_username, earlier)
 
     def _existing_reply(self, row: answers.Answer) -> int | None:
         """The bot's reply to this question already on the forum (a crash after posting), if any."""

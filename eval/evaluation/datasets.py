@@ -3,6 +3,13 @@
 Each line: ``id``, ``question``, ``gold_post_ids``, ``gold_topic_ids``, ``exclude_post_ids`` (posts
 hidden from retrieval for that question, e.g. its own first post) and ``tags``. A question tagged
 ``out_of_domain`` has no gold: it measures abstention.
+
+A question asked in a conversation may also carry ``title`` (its topic's title), ``thread`` (the
+topic's earlier posts, oldest first; for a ``follow_up``, the member's earlier question then the
+bot's answer last, and what the bot cited then in ``exclude_post_ids``) and ``shape``
+(``new_topic``, ``reply_mention``, ``short_direct``, ``follow_up``, …: reported apart). What
+retrieval is asked is built by the worker's own function (``worker.question.thread_question``), as
+the worker builds it from the forum.
 """
 
 from __future__ import annotations
@@ -14,10 +21,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from worker.question import Question as Asked
+from worker.question import thread_question
+
 OUT_OF_DOMAIN = "out_of_domain"
 NEAR_DOMAIN = "near_domain"
 SHORT = "short"  # a question cut to its first sentence (derived by ``short_form``)
 SHORT_CHARS = 160
+FOLLOW_UP = "follow_up"
+BOT = "citebot"  # the bot's name in the questions' mentions (``@citebot``)
 
 # The workplace's shared folder sits beside the checkout (CI copies it there too).
 SHARED = Path(__file__).resolve().parents[3] / "shared"
@@ -37,6 +49,20 @@ class Question:
     exclude_post_ids: tuple[int, ...] = ()
     tags: tuple[str, ...] = ()
     fixed_half: str | None = None  # a question kept in one half whatever its id (``fit_only``)
+    title: str = ""
+    thread: tuple[str, ...] = ()
+    shape: str | None = None
+
+    def asked(self, bot_username: str = BOT) -> Asked:
+        """The question retrieval is asked: the member's words in their conversation, built as the
+        worker builds it."""
+        return thread_question(
+            self.question,
+            bot_username,
+            title=self.title,
+            thread=self.thread,
+            follow_up=self.shape == FOLLOW_UP,
+        )
 
     @property
     def out_of_domain(self) -> bool:
@@ -109,8 +135,9 @@ def short_form(q: Question) -> Question:
 
 
 def with_short_forms(questions: Sequence[Question]) -> list[Question]:
-    """``questions`` plus the short form of each answerable one."""
-    return [*questions, *(short_form(q) for q in questions if q.answerable)]
+    """``questions`` plus the short form of each answerable one (a conversation's question is already
+    as the member wrote it: it has none)."""
+    return [*questions, *(short_form(q) for q in questions if q.answerable and q.shape is None)]
 
 
 def _ints(value: object, field: str, where: str) -> tuple[int, ...]:
@@ -134,6 +161,15 @@ def parse_question(line: str, where: str) -> Question:
     tags = data.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise DatasetError(f"{where}: tags must be a list of strings")
+    title, thread, shape = data.get("title", ""), data.get("thread") or [], data.get("shape")
+    if not isinstance(title, str):
+        raise DatasetError(f"{where}: title must be a string")
+    if not isinstance(thread, list) or not all(isinstance(t, str) for t in thread):
+        raise DatasetError(f"{where}: thread must be a list of strings (the earlier posts, oldest first)")
+    if shape is not None and (not isinstance(shape, str) or not shape):
+        raise DatasetError(f"{where}: shape must be a non-empty string")
+    if shape == FOLLOW_UP and not thread:
+        raise DatasetError(f"{where}: a follow_up needs the earlier question in thread")
     q = Question(
         id=qid,
         question=text,
@@ -141,6 +177,9 @@ def parse_question(line: str, where: str) -> Question:
         gold_topic_ids=_ints(data.get("gold_topic_ids"), "gold_topic_ids", where),
         exclude_post_ids=_ints(data.get("exclude_post_ids"), "exclude_post_ids", where),
         tags=tuple(tags),
+        title=title,
+        thread=tuple(thread),
+        shape=shape,
     )
     if not q.out_of_domain and not q.answerable:
         raise DatasetError(f"{where}: {qid} has no gold and is not tagged {OUT_OF_DOMAIN}")

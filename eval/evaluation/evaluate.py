@@ -72,6 +72,7 @@ class Outcome:
     fallbacks: tuple[str, ...]
     error: str | None = None
     channels: dict[str, int | None] | None = None  # best rank of a gold post in each channel
+    shape: str | None = None  # the conversation's shape (``datasets.Question.shape``)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +89,7 @@ class Outcome:
             "sources": list(self.sources),
             "fallbacks": list(self.fallbacks),
             "error": self.error,
+            "shape": self.shape,
             **(self.channels or {}),
         }
 
@@ -164,7 +166,7 @@ def embed_once(retriever: Retriever, q: Question, configs: Sequence[Config]) -> 
         return None
     t0 = time.perf_counter()
     try:
-        vector = retriever.embed_question(q.question, Trace())
+        vector = retriever.embed_question(q.asked().text, Trace())
     except CitebotError:
         return None
     return None if vector is None else QueryVector(vector, (time.perf_counter() - t0) * 1000)
@@ -184,9 +186,10 @@ def run_one(
     embed_ms = query.ms if vector is not None and query is not None else 0.0
     t0 = time.perf_counter() - embed_ms / 1000
     try:
+        asked = q.asked()
         result = retriever.retrieve(
-            q.question,
-            exclude_post_ids=q.exclude_post_ids,
+            asked.text,
+            exclude_post_ids=(*q.exclude_post_ids, *asked.already_cited),
             use_posts=config.use_posts,
             use_keyword=config.use_keyword,
             use_rerank=config.use_rerank,
@@ -203,7 +206,7 @@ def run_one(
         zero = dict.fromkeys(METRICS, 0.0) if q.answerable else {}
         return Outcome(
             q.id, config.name, q.answerable, q.tags, zero, None, None, None, "error", latency, (), (),
-            error=f"{type(exc).__name__}: {exc}",
+            error=f"{type(exc).__name__}: {exc}", shape=q.shape,
         )  # fmt: skip
     latency = (time.perf_counter() - t0) * 1000
     if collect is not None:
@@ -227,6 +230,7 @@ def run_one(
         sources=tuple(s.post_id for s in result.sources),
         fallbacks=tuple(f"{f.get('stage')}: {f.get('reason')}" for f in result.trace.fallbacks),
         channels=channel_ranks(result, set(q.gold_post_ids)) if q.answerable else None,
+        shape=q.shape,
     )
 
 
@@ -311,21 +315,24 @@ def abstention(
     return out
 
 
+SHAPE_PREFIX = "shape:"
 SLICE_METRICS = ("topic_hit@1", "topic_hit@5", "post_hit@5", "post_hit@10", "recall@25", "cited_accepted")
 
 
 def slices(outcomes: Sequence[Outcome], configs: Sequence[Config]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per configuration and per ``<slice>/<half>`` (slices ``long``, ``short``; halves ``fit``,
-    ``test``, ``all``): the answerable questions' main metrics, and every slice's abstention
-    (``ood``, ``near_domain``: abstained share; answerable slices: abstained share too)."""
+    """Per configuration and per ``<slice>/<half>`` (slices ``long``, ``short``, and each conversation
+    shape as ``shape:<name>``; halves ``fit``, ``test``, ``all``): the answerable questions' main
+    metrics, and every slice's abstention (``ood``, ``near_domain``: abstained share; answerable
+    slices: abstained share too)."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for config in configs:
         rows = [o for o in outcomes if o.config == config.name and o.error is None]
         groups: dict[str, list[Outcome]] = {}
         for o in rows:
-            name = slice_of(o.tags)
-            for half in (half_of(o.question_id), "all"):
-                groups.setdefault(f"{name}/{half}", []).append(o)
+            names = [slice_of(o.tags)] + ([f"{SHAPE_PREFIX}{o.shape}"] if o.shape else [])
+            for name in names:
+                for half in (half_of(o.question_id), "all"):
+                    groups.setdefault(f"{name}/{half}", []).append(o)
         table: dict[str, dict[str, float]] = {}
         for key in sorted(groups):
             group = groups[key]

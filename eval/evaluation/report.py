@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.evaluation.evaluate import SHAPE_PREFIX
+
 TABLE_COLUMNS = (
     ("n", "n"),
     ("topic_hit@1", "topic hit@1"),
@@ -67,6 +69,31 @@ def abstention_table(abstention: Mapping[str, Mapping[str, float]]) -> str:
         ]
         for name, a in abstention.items()
     ]
+    return markdown_table(header, rows)
+
+
+def shapes_table(slices: Mapping[str, Mapping[str, Mapping[str, float]]], half: str = "all") -> str:
+    """Each conversation shape apart, per configuration: n, topic hit@1/@5, post hit@5, abstained
+    (empty when no question carries a shape)."""
+    rows = []
+    for config, table in slices.items():
+        for key, row in sorted(table.items()):
+            name, _, which = key.rpartition("/")
+            if name.startswith(SHAPE_PREFIX) and which == half:
+                rows.append(
+                    [
+                        config,
+                        name.removeprefix(SHAPE_PREFIX),
+                        int(row.get("n", 0)),
+                        row.get("topic_hit@1", ""),
+                        row.get("topic_hit@5", ""),
+                        row.get("post_hit@5", ""),
+                        row.get("abstained", ""),
+                    ]
+                )
+    if not rows:
+        return ""
+    header = ["configuration", "shape", "n", "topic hit@1", "topic hit@5", "post hit@5", "abstained"]
     return markdown_table(header, rows)
 
 

@@ -23,7 +23,14 @@ from typing import Any
 from eval.evaluation.configs import Config
 from eval.evaluation.datasets import DatasetError, Question, fit_only, load_questions, with_short_forms
 from eval.evaluation.evaluate import Collector, Outcome, abstention, run_questions, slices, summarize
-from eval.evaluation.report import abstention_table, configs_table, plot_configs, plot_latency, write_json
+from eval.evaluation.report import (
+    abstention_table,
+    configs_table,
+    plot_configs,
+    plot_latency,
+    shapes_table,
+    write_json,
+)
 from eval.evaluation.thresholds import calibrate, plot_calibration
 from eval.stack.services import CACHE, EmbeddedStack, configured_settings, index_export
 from worker.protocols import Embedder
@@ -116,7 +123,7 @@ def evaluate_with(
             )
             full = next((c for c in run.configs if c.use_rerank and c.use_posts), run.configs[-1])
             for q in questions[: run.warmup]:  # models, connections and caches warm before timing
-                retriever.retrieve(q.question, exclude_post_ids=q.exclude_post_ids, **full.switches())  # type: ignore[arg-type]
+                retriever.retrieve(q.asked().text, exclude_post_ids=q.exclude_post_ids, **full.switches())  # type: ignore[arg-type]
             started = time.perf_counter()
 
             def progress(i: int, n: int) -> None:
@@ -245,6 +252,17 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         "`retrieve()` call, question-major order (a reranked text is cached for the next configuration).",
         "",
     ]
+    shapes = shapes_table(results.get("slices") or {})
+    if shapes:
+        lines += [
+            "## Conversation shapes (each apart, both halves)",
+            "",
+            shapes,
+            "",
+            "Each question asked as the worker builds it from its conversation (`worker.question`): the "
+            "member's words, the topic's title, the thread, a follow-up's earlier question.",
+            "",
+        ]
     if results.get("abstention"):
         lines += ["## Abstention (out-of-domain questions)", "", abstention_table(results["abstention"]), ""]
     if cal.get("answerable_n"):

@@ -80,6 +80,15 @@ def test_a_topic_lists_its_posts_in_order(forum: Forum) -> None:
     assert [(p.id, p.post_number) for p in topic.posts] == [(1101, 1), (1102, 2), (1103, 3)]
 
 
+def test_a_topics_stream_has_cooked_posts_and_a_post_by_number_has_its_raw(forum: Forum) -> None:
+    # TopicView serializes its posts without raw (PostStreamSerializerMixin adds it only with
+    # include_raw); /posts/by_number/{topic}/{n}.json is PostsController#by_number, with raw.
+    posts = forum.get_topic(10).posts
+    assert [p.raw for p in posts] == [None, None]
+    assert "precision qualifier" in posts[1].cooked
+    assert "precision qualifier" in (forum.get_post_by_number(10, 2).raw or "")
+
+
 def test_a_missing_topic_is_not_found(forum: Forum) -> None:
     with pytest.raises(NotFoundError):
         forum.get_topic(99_999)

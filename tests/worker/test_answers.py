@@ -6,6 +6,7 @@ import psycopg
 import pytest
 
 from worker import answers
+from worker.question import EarlierAnswer
 
 pytestmark = pytest.mark.integration
 
@@ -111,3 +112,31 @@ def test_states_match_the_schema(db_url: str) -> None:
     assert row is not None
     for state in answers.STATES:
         assert f"'{state}'" in row[0]
+
+
+def _answered(conn: psycopg.Connection[object], post_id: int, number: int, user: int, reply: int) -> None:
+    answers.claim(conn, post_id, 7, number, 1, user, f"user{user}", "webhook")
+    sources = [{"n": 1, "post_id": 900 + post_id}, {"n": 2, "post_id": 950 + post_id}]
+    trace = {"stages": [{"name": "sanitize", "info": {"cited": [2]}}]}
+    answers.transition(conn, post_id, ["queued"], "posted", sources=sources, trace=trace)
+    answers.transition(conn, post_id, ["posted"], "posted", reply_post_number=reply)
+
+
+def test_earlier_is_the_answer_pointed_at_else_the_members_latest_with_only_what_it_cited(
+    db_url: str,
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        _answered(conn, 1, 1, 42, 2)  # alice asks (#1), the bot answers (#2)
+        _answered(conn, 3, 3, 43, 4)  # bob asks (#3), the bot answers (#4)
+        _answered(conn, 5, 5, 42, 6)  # alice again (#5), the bot (#6)
+        pointed = answers.earlier(conn, 7, 8, 43, pointed=[2])
+        assert pointed == EarlierAnswer(1, 1, 2, (951,))  # a reply to the bot's #2: that answer
+        assert answers.earlier(conn, 7, 8, 42) == EarlierAnswer(5, 5, 6, (955,))  # alice's latest
+        assert answers.earlier(conn, 7, 5, 42) == EarlierAnswer(1, 1, 2, (951,))  # only earlier posts
+        assert answers.earlier(conn, 7, 8, 99) is None  # the bot never answered this member here
+        assert answers.earlier(conn, 8, 8, 42) is None  # another topic
+
+
+def test_cited_posts_without_a_sanitize_trace_are_every_source() -> None:
+    assert answers.cited_posts([{"n": 1, "post_id": 5}, {"n": 2, "post_id": 6}], {}) == (5, 6)
+    assert answers.cited_posts(None, None) == ()

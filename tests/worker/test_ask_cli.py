@@ -112,6 +112,27 @@ def test_retrieve_only_prints_sources_zone_and_trace(env: str, capsys: pytest.Ca
 
 
 @respx.mock
+def test_a_title_and_thread_are_asked_as_the_worker_asks_them(
+    env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    embed = respx.post("http://tei.test/embed").mock(side_effect=_embed)
+    respx.get("http://forum.test/search.json").mock(return_value=httpx.Response(200, json=SEARCH))
+    argv = ["ask", "--retrieve-only", "--json", "--title", "Loading a scene from XML"]
+    assert main([*argv, "--thread", "How do I load a scene?", "@citebot can you help with this one?"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["asked"]["shape"] == "reply"
+    assert out["asked"]["parts"] == {
+        "own": "can you help with this one?",
+        "title": "Loading a scene from XML",
+        "opening": "How do I load a scene?",
+    }
+    sent = json.loads(embed.calls[0].request.content)["inputs"]
+    asked = "Loading a scene from XML\n\ncan you help with this one?\n\nHow do I load a scene?"
+    assert asked in (sent if isinstance(sent, list) else [sent])
+    assert "http://forum.test/t/loading-scene-xml/2/2" in [s["url"] for s in out["sources"]]
+
+
+@respx.mock
 def test_full_run_with_offline_generator_prints_a_sanitized_reply(
     env: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,5 +1,9 @@
 """``citebot ask QUESTION``: run the answer path once against the configured services; post nothing.
 
+The question is built as the worker builds it from a post (``worker.question``): ``--title`` is the
+topic's title, each ``--thread`` an earlier post of the topic (oldest first), and ``--follow-up`` makes
+the last of them the member's earlier question to the bot.
+
 With ``--retrieve-only`` it stops after stages 1–3 and prints the sources and zone the bot would
 answer from; otherwise it also runs the gate, the prompt, the LLM (or the offline generator) and the
 sanitizer, and prints the reply it would post. The feature flags are taken as all on unless
@@ -18,6 +22,13 @@ HELP = "run the pipeline once for a question and print sources, zone, reply and 
 
 def register(group: argparse.ArgumentParser) -> None:
     group.add_argument("question", help="the question, as a member would write it")
+    group.add_argument("--title", default="", help="the topic's title (a new topic's, or the thread's)")
+    group.add_argument(
+        "--thread", action="append", default=[], help="an earlier post of the topic (repeat, oldest first)"
+    )
+    group.add_argument(
+        "--follow-up", action="store_true", help="the last --thread post is the member's earlier question"
+    )
     group.add_argument("--retrieve-only", action="store_true", help="stop after retrieval (stages 1–3)")
     group.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     group.add_argument(
@@ -40,10 +51,19 @@ def _ask(args: argparse.Namespace) -> int:
     from worker.db.connect import open_pool
     from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
     from worker.generation.factory import chat_model_from
+    from worker.question import thread_question
     from worker.retrieval.factory import build_retriever
 
     settings = settings_from(args)
-    out: dict[str, object] = {"question": args.question}
+    asked = thread_question(
+        args.question,
+        settings.discourse.bot_username,
+        title=args.title,
+        thread=args.thread,
+        follow_up=args.follow_up,
+    )
+    question = asked.text or args.question
+    out: dict[str, object] = {"question": args.question, "asked": asked.trace()}
     if not args.no_gate:
         gate = Gate.load(
             settings.gate.rules_path,
@@ -51,7 +71,7 @@ def _ask(args: argparse.Namespace) -> int:
             max_chars=settings.gate.max_chars,
             lexical=settings.gate.lexical,
         )
-        decision = gate.check(args.question)
+        decision = gate.check(asked.own or question)  # the member's words, as the worker screens
         out["gate"] = {"hit": decision.hit, "rule": decision.rule_id, "category": decision.category}
         if decision.hit and not args.retrieve_only:
             out["reply"] = canned_text(decision)
@@ -65,7 +85,7 @@ def _ask(args: argparse.Namespace) -> int:
                 settings, connections=pool.connection, keyword=forum, http=http, topics=forum
             ) as retriever:
                 result = retriever.retrieve(
-                    args.question,
+                    question,
                     exclude_post_ids=tuple(args.exclude),
                     use_posts=not args.legacy,
                     use_rerank=not args.no_rerank,
@@ -90,7 +110,7 @@ def _ask(args: argparse.Namespace) -> int:
             out["trace"] = result.trace.to_dict()
             if not args.retrieve_only:
                 prompt = build_prompt(
-                    args.question,
+                    question,
                     result.sources,
                     result.zone,
                     bot_name=settings.discourse.bot_username,
@@ -119,6 +139,12 @@ def _print(out: dict[str, object], as_json: bool) -> int:
     if as_json:
         print(json.dumps(out, ensure_ascii=False, default=str))
         return 0
+    asked = out.get("asked")
+    if isinstance(asked, dict) and asked.get("shape") != "direct":
+        parts = asked.get("parts") or {}
+        print(
+            f"asked as a {asked.get('shape')}: " + "; ".join(f"{k} {len(v)} chars" for k, v in parts.items())
+        )
     gate = out.get("gate")
     if isinstance(gate, dict) and gate.get("hit"):
         print(f"gate: refused by rule {gate['rule']} ({gate['category']})")

@@ -167,7 +167,9 @@ class FakeForum:
         posts = sorted(
             (p for p in self.posts.values() if p.topic_id == topic_id), key=lambda p: p.post_number
         )
-        return replace(topic, posts=tuple(posts))
+        # TopicView's post stream has no raw: PostSerializer adds it only with ``include_raw``
+        # (app/serializers/post_stream_serializer_mixin.rb); ``/posts/{id}.json`` has it.
+        return replace(topic, posts=tuple(replace(p, raw=None) for p in posts))
 
     def search(self, query: str, *, limit: int = 25) -> list[SearchHit]:
         terms = {w.lower() for w in _WORD.findall(query)}
