@@ -31,7 +31,9 @@ BENCH = ROOT / "eval" / "results" / "bench"
 RESULTS = ROOT / "eval" / "results"
 
 BLOCK = re.compile(
-    r"(?P<begin><!-- BEGIN generated (?P<name>[\w-]+) -->\n)(?P<body>.*?)(?P<end><!-- END generated (?P=name) -->)",
+    r"(?P<begin><!-- BEGIN generated (?P<name>[\w-]+) -->\n)"
+    r"(?P<body>.*?)"
+    r"(?P<end><!-- END generated (?P=name) -->)",
     re.DOTALL,
 )
 
@@ -112,7 +114,9 @@ def render_bench_summary() -> str:
     default = huge[("on", "ef_search=40")]
     scale = _bench("recall-scale")
     largest = max(scale["sizes"], key=lambda s: s["n"])
-    halfvec_bytes = next(s["kinds"]["halfvec"]["index_bytes_per_post"] for s in scale["sizes"] if "halfvec" in s["kinds"])
+    halfvec_bytes = next(
+        s["kinds"]["halfvec"]["index_bytes_per_post"] for s in scale["sizes"] if "halfvec" in s["kinds"]
+    )
     binary = largest["kinds"]["binary"]
     binary_default = next(r for r in binary["results"] if r["default"] and r["filter"] == "none")
     memory = binary["index_bytes_per_post"] / halfvec_bytes
@@ -124,23 +128,29 @@ def render_bench_summary() -> str:
         (
             "intent gate, 1,000 forum questions",
             "`gate`",
-            f"{gate['rules']} rules: median {rules['median_ms']:.3f} ms, p99 {rules['p99_ms']:.2f} ms; with the lexical "
-            f"head {forum['median_ms']:.3f} / {forum['p99_ms']:.2f} ms; false blocks {gate['forum_false_blocks']}/{forum['n']:,}",
+            f"{gate['rules']} rules: median {rules['median_ms']:.3f} ms, p99 {rules['p99_ms']:.2f} ms; "
+            "with the lexical "
+            f"head {forum['median_ms']:.3f} / {forum['p99_ms']:.2f} ms; false blocks "
+            f"{gate['forum_false_blocks']}/{forum['n']:,}",
             f"rules median < 0.3 ms, p99 < 3 ms: {_met(gate_ok)}",
         ),
         (
             "webhook intake",
             "`webhook`",
-            f"{_n(hook['deliveries_per_s'])} deliveries/s, ack p99 {hook['ack_p99_ms']:.1f} ms, {hook['lost']} lost "
+            f"{_n(hook['deliveries_per_s'])} deliveries/s, ack p99 {hook['ack_p99_ms']:.1f} ms, "
+            f"{hook['lost']} lost "
             f"({hook['queued']:,} queued); `/healthz` {_n(hook['healthz_per_s'])}/s",
-            f"≥ {_n(hook['target']['deliveries_per_s'])}/s, p99 < {hook['target']['ack_p99_ms']:.0f} ms, 0 lost: {_met(hook_ok)}",
+            f"≥ {_n(hook['target']['deliveries_per_s'])}/s, p99 < {hook['target']['ack_p99_ms']:.0f} ms, 0 "
+            f"lost: {_met(hook_ok)}",
         ),
         (
             "recall, 425k × 1024-d halfvec, huge pages (median of 3 runs)",
             "`recall --huge-pages off,on`",
-            f"ef_search 25: recall@25 {fast['recall_at_k']:.3f}, p50 {fast['p50_ms']:.2f} ms; ef_search 40 (default): "
+            f"ef_search 25: recall@25 {fast['recall_at_k']:.3f}, p50 {fast['p50_ms']:.2f} ms; ef_search 40 "
+            "(default): "
             f"{default['recall_at_k']:.3f}, {default['p50_ms']:.2f} ms",
-            f"recall ≥ 0.95 with p50 ≤ 2 ms: {_met(fast['recall_at_k'] >= 0.95 and fast['p50_ms'] <= 2.0)} at ef_search 25, "
+            f"recall ≥ 0.95 with p50 ≤ 2 ms: {_met(fast['recall_at_k'] >= 0.95 and fast['p50_ms'] <= 2.0)} "
+            "at ef_search 25, "
             f"{_met(default['p50_ms'] <= 2.0)} at 40",
         ),
         (
@@ -148,19 +158,22 @@ def render_bench_summary() -> str:
             "`recall --sizes …`",
             f"recall@25 {binary_default['recall_at_k']:.3f} at {binary_default['knob'].replace('=', ' ')}, "
             f"p50 {binary_default['p50_ms']:.1f} ms; index {memory:.3f}× halfvec's bytes a post",
-            f"memory ≤ 1/4 with recall ≥ 0.95: {_met(memory <= 0.25 and binary_default['recall_at_k'] >= 0.95)}",
+            "memory ≤ 1/4 with recall ≥ 0.95: "
+            f"{_met(memory <= 0.25 and binary_default['recall_at_k'] >= 0.95)}",
         ),
         (
             "retrieval end to end (loopback, CPU rerank stand-in)",
             "`pipeline`",
-            f"p50 {_n(pipe['p50_ms'])} ms, p99 {_n(pipe['p99_ms'])} ms; rerank {pipe['stages']['rerank']['share']:.0%} of it; "
+            f"p50 {_n(pipe['p50_ms'])} ms, p99 {_n(pipe['p99_ms'])} ms; rerank "
+            f"{pipe['stages']['rerank']['share']:.0%} of it; "
             f"legacy p50 {pipe['legacy_p50_ms']:.0f} ms",
             "—",
         ),
         (
             "prompt + offline generator",
             "`generation`",
-            f"build p50 {gen['build_p50_ms_6000']:.2f} ms; cites the accepted answer {gen['offline_cites_answer']:.3f} "
+            f"build p50 {gen['build_p50_ms_6000']:.2f} ms; cites the accepted answer "
+            f"{gen['offline_cites_answer']:.3f} "
             f"(positional reference {gen['positional_cites_answer']:.2f})",
             "—",
         ),
@@ -168,16 +181,20 @@ def render_bench_summary() -> str:
             f"backfill write path, {fill['n']:,} posts, no model",
             "`backfill --no-index`",
             f"{_n(fill['posts_per_s_before_index'])} posts/s ({fill['ratio_to_raw_copy']:.3f}× a raw COPY); "
-            f"unchanged second pass {_n(fill['second_pass_posts_per_s'])}/s; RSS grew {fill['rss_growth_mb_after_first_sample']:.0f} MB",
+            f"unchanged second pass {_n(fill['second_pass_posts_per_s'])}/s; RSS grew "
+            f"{fill['rss_growth_mb_after_first_sample']:.0f} MB",
             f"≥ {_n(fill['target_posts_per_s'])} posts/s, memory flat: {_met(bool(fill['meets_target']))}",
         ),
         (
             "Discourse API budget, backfill beside answering",
             "`api_budget`",
-            f"{budget['calls_per_answer_no_budget']:.1f} requests an answer; busiest minute {budget['peak_per_min']}, "
+            f"{budget['calls_per_answer_no_budget']:.1f} requests an answer; busiest minute "
+            f"{budget['peak_per_min']}, "
             f"{budget['rate_limited_429']} × 429; answer p50 ×{budget['latency_ratio']:.2f} with the budget",
             f"peak < Discourse's {budget['forum_limit_per_min']}/min, 0 × 429: "
-            f"{_met(budget['peak_per_min'] < budget['forum_limit_per_min'] and budget['rate_limited_429'] == 0)}",
+            + _met(
+                budget["peak_per_min"] < budget["forum_limit_per_min"] and budget["rate_limited_429"] == 0
+            ),
         ),
     ]
     return _table(("what", "`python -m eval.bench …`", "latest saved figure", "target (SPEC §7)"), rows)
@@ -186,8 +203,17 @@ def render_bench_summary() -> str:
 def render_recall_hugepages() -> str:
     huge = _hugepage_medians()
     rows = [
-        (pages, knob.replace("ef_search=", ""), f"{m['recall_at_k']:.3f}", f"{m['p50_ms']:.2f}", f"{m['p99_ms']:.2f}", f"{m['server_p50_ms']:.2f}")
-        for (pages, knob), m in sorted(huge.items(), key=lambda item: (item[0][0], int(item[0][1].split("=")[1])))
+        (
+            pages,
+            knob.replace("ef_search=", ""),
+            f"{m['recall_at_k']:.3f}",
+            f"{m['p50_ms']:.2f}",
+            f"{m['p99_ms']:.2f}",
+            f"{m['server_p50_ms']:.2f}",
+        )
+        for (pages, knob), m in sorted(
+            huge.items(), key=lambda item: (item[0][0], int(item[0][1].split("=")[1]))
+        )
     ]
     runs = ", ".join(f"`{name}.json`" for name in HUGE_PAGE_RUNS)
     table = _table(("huge pages", "ef_search", "recall@25", "p50 ms", "p99 ms", "server p50 ms"), rows)
@@ -210,18 +236,26 @@ def render_recall_scale() -> str:
         if result["filter"] == "none"
     ]
     numpy = " / ".join(f"{s['brute_force_p50_ms']:.0f}" for s in data["sizes"])
-    table = _table(("posts", "index", "knob", "recall@25", "p50 ms", "server p50 ms", "index bytes/post"), rows)
+    table = _table(
+        ("posts", "index", "knob", "recall@25", "p50 ms", "server p50 ms", "index bytes/post"), rows
+    )
     return (
-        f"`recall-scale.json`, {data['dim']}-d {data['shape']}, {data['queries']} queries, unfiltered, load average "
-        f"{data['load_average']}:\n\n{table}\n\nnumpy float32 brute force in the same run: {numpy} ms a query."
+        f"`recall-scale.json`, {data['dim']}-d {data['shape']}, {data['queries']} queries, unfiltered, "
+        "load average "
+        f"{data['load_average']}:\n\n{table}\n\nnumpy float32 brute force in the same run: {numpy} ms a "
+        "query."
     )
 
 
 def render_pipeline_stages() -> str:
     data = _bench("pipeline")
-    rows = [(stage, _ms(s["p50_ms"]), _ms(s["p99_ms"]), f"{s['share']:.1%}") for stage, s in data["stages"].items()]
+    rows = [
+        (stage, _ms(s["p50_ms"]), _ms(s["p99_ms"]), f"{s['share']:.1%}")
+        for stage, s in data["stages"].items()
+    ]
     return (
-        f"`pipeline.json`: {data['questions']} questions over {data['topics']} topics ({data['posts']} posts), load "
+        f"`pipeline.json`: {data['questions']} questions over {data['topics']} topics ({data['posts']} "
+        "posts), load "
         f"average {data['load_average']}; total p50 {_n(data['p50_ms'])} ms, p99 {_n(data['p99_ms'])} ms; "
         f"{data['fallbacks']} rerank fallbacks.\n\n" + _table(("stage", "p50 ms", "p99 ms", "share"), rows)
     )
@@ -231,8 +265,8 @@ def render_webhook_costs() -> str:
     data = _bench("webhook_costs")
     rows = [(part, f"{v['cpu_us']:.1f}", f"{v['wall_us']:,.0f}") for part, v in data["parts"].items()]
     return (
-        f"`webhook_costs.json`, {data['n']:,} calls each, load average {data['load_average']} (read the shares):\n\n"
-        + _table(("part", "CPU µs", "wall µs"), rows)
+        f"`webhook_costs.json`, {data['n']:,} calls each, load average {data['load_average']} (read the "
+        "shares):\n\n" + _table(("part", "CPU µs", "wall µs"), rows)
     )
 
 
@@ -241,19 +275,33 @@ def render_api_budget() -> str:
     routes = sorted(data["calls_by_route_no_budget"].items(), key=lambda item: -item[1])
     table = _table(("route (admin API key)", "requests"), routes)
     return (
-        f"`api_budget.json`, {data['questions_per_phase']} questions a phase: {data['calls_per_answer_no_budget']:.1f} "
-        f"admin-API requests an answer without the budget (and {data['reader_calls_per_answer_no_budget']:.1f} as the "
-        f"anonymous reader, which the budget does not count), {data['calls_per_answer_budget']:.1f} with it; busiest "
-        f"minute {data['peak_per_min']} requests with the backfill running ({data['backfill_calls']} of its own), "
+        f"`api_budget.json`, {data['questions_per_phase']} questions a phase: "
+        f"{data['calls_per_answer_no_budget']:.1f} "
+        "admin-API requests an answer without the budget (and "
+        f"{data['reader_calls_per_answer_no_budget']:.1f} as the "
+        f"anonymous reader, which the budget does not count), {data['calls_per_answer_budget']:.1f} with "
+        "it; busiest "
+        f"minute {data['peak_per_min']} requests with the backfill running ({data['backfill_calls']} of "
+        "its own), "
         f"{data['rate_limited_429']} × 429; answer p50 {data['p50_s_no_budget']:.3f} s without the budget, "
-        f"{data['p50_s_budget']:.3f} s with it and the backfill (×{data['latency_ratio']:.2f}). By route, without the "
+        f"{data['p50_s_budget']:.3f} s with it and the backfill (×{data['latency_ratio']:.2f}). By route, "
+        "without the "
         f"budget:\n\n{table}"
     )
 
 
 # --- docs/eval.md ----------------------------------------------------------------------------------
 
-_METRICS = ("topic_hit@1", "topic_hit@5", "topic_hit@10", "topic_mrr@10", "post_hit@5", "post_hit@10", "recall@25", "evidence_hit@5")
+_METRICS = (
+    "topic_hit@1",
+    "topic_hit@5",
+    "topic_hit@10",
+    "topic_mrr@10",
+    "post_hit@5",
+    "post_hit@10",
+    "recall@25",
+    "evidence_hit@5",
+)
 
 
 def _configs_table(data: dict[str, Any]) -> str:
@@ -266,7 +314,8 @@ def _configs_table(data: dict[str, Any]) -> str:
 
 def _abstention_line(a: dict[str, Any]) -> str:
     return (
-        f"thresholds {a['abstain_below']} / {a['weak_below']}: out-of-domain abstained {a['ood_abstain']}/{a['ood_n']} "
+        f"thresholds {a['abstain_below']} / {a['weak_below']}: out-of-domain abstained "
+        f"{a['ood_abstain']}/{a['ood_n']} "
         f"({a['recall']:.3f}); answerable abstained {a['answerable_abstain']}/{a['answerable_n']} "
         f"({a['answerable_abstained_rate']:.1%}); answerable in the weak zone {a['answerable_weak']}, normal "
         f"{a['answerable_normal']}"
@@ -276,7 +325,7 @@ def _abstention_line(a: dict[str, Any]) -> str:
 def render_eval_defaults() -> str:
     data = _results(EVAL_DEFAULTS_RUN)
     meta = data["meta"]
-    (name, abstention), = data["abstention"].items()
+    ((name, abstention),) = data["abstention"].items()
     return (
         f"`eval/results/{EVAL_DEFAULTS_RUN}/` ({meta['date']}; {meta['posts_indexed']:,} posts indexed; "
         f"{meta['answerable']} answerable and {meta['out_of_domain']} out-of-domain questions; scorer "
@@ -312,18 +361,33 @@ def _stage_row(label: str, slices: dict[str, Any]) -> tuple[object, ...]:
 
 
 def render_eval_stage() -> str:
-    channels, mpnet, blind = _results(EVAL_CHANNELS_RUN), _results(EVAL_STAGE_TEST_RUN), _results(EVAL_STAGE_BLIND_RUN)
+    channels, mpnet, blind = (
+        _results(EVAL_CHANNELS_RUN),
+        _results(EVAL_STAGE_TEST_RUN),
+        _results(EVAL_STAGE_BLIND_RUN),
+    )
     rows = [_stage_row(f"`{name}`", slices) for name, slices in channels["slices"].items()]
-    (name, best), = mpnet["slices"].items()
+    ((name, best),) = mpnet["slices"].items()
     rows.append(_stage_row(f"**`{name}`** (mpnet set)", best))
     header = (
-        "configuration", "long topic@5", "long post@5", "long cited accepted", "short topic@5", "short post@5",
-        "short cited accepted", "off-topic abstained", "near-domain abstained", "answerable abstained long / short",
+        "configuration",
+        "long topic@5",
+        "long post@5",
+        "long cited accepted",
+        "short topic@5",
+        "short post@5",
+        "short cited accepted",
+        "off-topic abstained",
+        "near-domain abstained",
+        "answerable abstained long / short",
     )
     long, short, ood = best["long/test"], best["short/test"], best["ood/test"]
     singles = [s["long/test"] for n, s in channels["slices"].items() if "stage" not in n]
-    above = all(long["topic_hit@5"] > s["topic_hit@5"] and long["post_hit@5"] > s["post_hit@5"] for s in singles)
+    above = all(
+        long["topic_hit@5"] > s["topic_hit@5"] and long["post_hit@5"] > s["post_hit@5"] for s in singles
+    )
     b = blind["slices"][name]
+    near = b["near_domain/all"]
     checks = [
         f"long topic hit@5 {long['topic_hit@5']:.3f} ≥ 0.87: {_met(long['topic_hit@5'] >= 0.87)}",
         f"long post hit@5 {long['post_hit@5']:.3f} ≥ 0.60: {_met(long['post_hit@5'] >= 0.60)}",
@@ -333,12 +397,15 @@ def render_eval_stage() -> str:
         + _met(long["abstained"] <= 0.05 and short["abstained"] <= 0.05),
     ]
     return (
-        f"The test half, `eval/results/{EVAL_CHANNELS_RUN}/` ({channels['meta']['date']}; the single channels and the "
+        f"The test half, `eval/results/{EVAL_CHANNELS_RUN}/` ({channels['meta']['date']}; the single "
+        "channels and the "
         f"MiniLM set) and `eval/results/{EVAL_STAGE_TEST_RUN}/` ({mpnet['meta']['date']}; the mpnet set):\n\n"
         + _table(header, rows)
-        + f"\n\nThe blind out-of-domain set (`eval/results/{EVAL_STAGE_BLIND_RUN}/`, never fitted on), the mpnet set: "
-        f"off-topic abstained {round(b['ood/all']['abstained'] * b['ood/all']['n'])}/{b['ood/all']['n']}, near-domain "
-        f"{round(b['near_domain/all']['abstained'] * b['near_domain/all']['n'])}/{b['near_domain/all']['n']}.\n\n"
+        + f"\n\nThe blind out-of-domain set (`eval/results/{EVAL_STAGE_BLIND_RUN}/`, never fitted on), the "
+        "mpnet set: "
+        f"off-topic abstained {round(b['ood/all']['abstained'] * b['ood/all']['n'])}/{b['ood/all']['n']}, "
+        "near-domain "
+        f"{round(near['abstained'] * near['n'])}/{near['n']}.\n\n"
         "Against the targets, the mpnet set: " + "; ".join(checks) + "."
     )
 
@@ -350,16 +417,23 @@ def render_eval_probes() -> str:
     checks = data["checks"]
     failed = [c["name"] for c in checks if not c["ok"]]
     return (
-        f"`eval/results/{EVAL_CONFIGS_RUN}/`, generator `{probes['model']}`: {probes['passed']}/{probes['n']} probes "
+        f"`eval/results/{EVAL_CONFIGS_RUN}/`, generator `{probes['model']}`: "
+        f"{probes['passed']}/{probes['n']} probes "
         f"passed.\n\n{_table(('kind', 'probes', 'passed'), rows)}\n\nThe nightly checks of that run: "
-        f"{len(checks) - len(failed)}/{len(checks)} passed" + (f" (failed: {', '.join(failed)})." if failed else ".")
+        f"{len(checks) - len(failed)}/{len(checks)} passed"
+        + (f" (failed: {', '.join(failed)})." if failed else ".")
     )
 
 
 def render_zone_thresholds() -> str:
     data = json.loads((ROOT / "worker" / "retrieval" / "zone_thresholds.json").read_text(encoding="utf-8"))
     rows = [
-        (f"`{scorer}`", entry["abstain_below"], entry["weak_below"], entry.get("fitted") or entry.get("source", ""))
+        (
+            f"`{scorer}`",
+            entry["abstain_below"],
+            entry["weak_below"],
+            entry.get("fitted") or entry.get("source", ""),
+        )
         for scorer, entry in data["scorers"].items()
     ]
     return _table(("scorer", "abstain below", "weak below", "from"), rows)
@@ -375,7 +449,8 @@ def render_gate_rules() -> str:
     strict = Counter(rule["category"] for rule in rules if rule.get("strict"))
     rows = [(f"`{category}`", counts[category], strict[category]) for category in sorted(counts)]
     table = _table(("category", "rules", "strict (no exceptions)"), rows)
-    return f"`gate/rules.toml`: {len(rules)} rules in {len(counts)} categories, {len(data.get('frames', []))} frames.\n\n{table}"
+    frames = len(data.get("frames", []))
+    return f"`gate/rules.toml`: {len(rules)} rules in {len(counts)} categories, {frames} frames.\n\n{table}"
 
 
 RENDERERS: dict[str, Callable[[], str]] = {

@@ -23,7 +23,11 @@ def test_generated_blocks_are_current(path: Path) -> None:
 def test_the_figure_docs_hold_their_blocks() -> None:
     names = {m["name"] for path in DOC_PATHS for m in BLOCK.finditer(path.read_text(encoding="utf-8"))}
     assert names <= set(RENDERERS), f"blocks without a renderer: {names - set(RENDERERS)}"
-    for doc, block in (("performance.md", "bench-summary"), ("eval.md", "eval-defaults"), ("eval.md", "zone-thresholds")):
+    for doc, block in (
+        ("performance.md", "bench-summary"),
+        ("eval.md", "eval-defaults"),
+        ("eval.md", "zone-thresholds"),
+    ):
         assert f"<!-- BEGIN generated {block} -->" in (DOCS / doc).read_text(encoding="utf-8")
 
 
@@ -35,7 +39,10 @@ def test_a_doc_that_disagrees_with_its_json_is_stale(tmp_path: Path, monkeypatch
     docs = tmp_path / "docs"
     docs.mkdir()
     doc = docs / "performance.md"
-    doc.write_text("intro\n<!-- BEGIN generated bench-summary -->\nold figures\n<!-- END generated bench-summary -->\nend\n")
+    doc.write_text(
+        "intro\n<!-- BEGIN generated bench-summary -->\nold figures\n"
+        "<!-- END generated bench-summary -->\nend\n"
+    )
     monkeypatch.setattr(doc_figures, "BENCH", bench)
     monkeypatch.setattr(doc_figures, "DOCS", docs)
 
@@ -43,7 +50,9 @@ def test_a_doc_that_disagrees_with_its_json_is_stale(tmp_path: Path, monkeypatch
     assert doc_figures.main([]) == 0
     assert doc_figures.main(["--check"]) == 0
     written = doc.read_text()
-    assert written.startswith("intro\n") and written.endswith("end\n") and "old figures" not in written
+    assert written.startswith("intro\n")
+    assert written.endswith("end\n")
+    assert "old figures" not in written
 
     data = json.loads((bench / "webhook.json").read_text())
     data["deliveries_per_s"] = 1234.0
