@@ -203,8 +203,8 @@ class DramatiqIntake:
 
     def outbox(self) -> AbstractContextManager[list[RedisCommand]]:
         """On ``CitebotRedisBroker`` the messages sent in the block are not sent but yielded as Redis
-        commands, for the webhook to send with other deliveries'; other brokers (tests'
-        ``StubBroker``) send each at once and yield an empty list."""
+        commands, for the webhook to send with other deliveries'; any other broker (dramatiq's
+        ``RedisBroker`` or ``StubBroker``) sends each at once and yields an empty list."""
         collected = getattr(self._actors.answer_question.broker, "collected", None)
         return collected() if collected is not None else contextlib.nullcontext([])
 
