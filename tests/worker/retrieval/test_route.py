@@ -132,8 +132,10 @@ def test_without_fitted_weights_the_default_needs_none(conn: psycopg.Connection)
     assert fused.trace.info["config"]["ranker"] == "fused"
     assert 3 in [c.post_id for c in fused.candidates]  # the lexical channel brought it
     assert (fused.zone, fused.floor) == ("normal", None)
-    with retriever(conn, FakeReranker()) as r:
+    cross = FakeReranker(score_fn=lambda q, text: -2.0 if "fog end" in text else -7.0)
+    with retriever(conn, cross) as r:
         reranked = r.retrieve(QUESTION)
     assert reranked.trace.info["config"]["ranker"] == "rerank"
-    assert reranked.candidates[0].post_id == 3  # the overlap cross-encoder: all four words
-    assert reranked.zone == "normal"
+    assert fused.candidates[0].post_id == 1
+    assert reranked.candidates[0].post_id == 2  # the cross-encoder's order over the fused candidates
+    assert reranked.zone == "weak"  # its top logit on the seed's -4 / 0
