@@ -304,11 +304,13 @@ class Retriever:
     def ranker(self, route: Route = SHIPPED) -> Resolved:
         """The ranker ``route`` runs with this retriever (``route.resolve_ranker``): ``auto`` becomes the
         second stage when weights are fitted for the recall model, with the cross-encoder when one is
-        configured; without weights, the cross-encoder alone or the fused order."""
+        configured; without weights, the reranker alone or the fused order."""
+        weights = route.vector and self.has_stage_weights()
         return resolve_ranker(
             route.ranker,
-            has_weights=route.vector and self.has_stage_weights(),
-            cross_encoder=self.has_cross_encoder(),
+            has_weights=weights,
+            reranker=self.reranker is not None,
+            cross_encoder=weights and self.has_cross_encoder(),  # asked only where it decides
         )
 
     def has_stage_weights(self) -> bool:
@@ -348,7 +350,7 @@ class Retriever:
         elif weights:
             what = "the second stage (fitted weights) orders and sets the zones"
         elif reranker:
-            what = "the cross-encoder orders the fused candidates and sets the zones"
+            what = "the reranker orders the fused candidates and sets the zones"
         else:
             what = "fused order, zone normal (no abstention on weak evidence)"
         fit = (

@@ -14,13 +14,14 @@ The default ``Route()`` is the shipped path, the best one measured (docs/retriev
   yes                           yes                     ``stage+rerank``: the stage's shortlist
                                                         read by the cross-encoder; its logit
                                                         orders and sets the zone (-4 / 0 seed)
-  no (e.g. bge-m3)              yes                     ``rerank``: the cross-encoder over the
-                                                        fused candidates, its zones
-  no                            no                      ``fused``: fused order, zone normal
+  no (e.g. bge-m3)              any reranker            ``rerank``: the reranker over the fused
+                                                        candidates, its zones
+  no                            no reranker             ``fused``: fused order, zone normal
   ============================  ======================  ==========================================
 
   A reranker that is not a cross-encoder (the local model server's calibrated bi-encoder, id
-  ``calibrated-bi-encoder:…``) never joins the stage: it ranks no better than cosine (issue 35).
+  ``calibrated-bi-encoder:…``) never joins the stage: it ranks no better than cosine (issue 35);
+  without stage weights it still ranks, for its calibrated zones (the fused order has none).
 
 The eval names other routes (``eval/evaluation/configs.py``); the worker maps its site-setting flags
 onto this one (``citebot_posts_pipeline`` → ``posts``, ``citebot_rerank`` off → ranker ``fused``).
@@ -59,14 +60,14 @@ class Route:
 SHIPPED = Route()
 
 
-def resolve_ranker(ranker: Ranker, *, has_weights: bool, cross_encoder: bool) -> Resolved:
-    """The ranker ``auto`` stands for, given fitted stage weights and a cross-encoder (module table);
-    an explicit ranker stands for itself."""
+def resolve_ranker(ranker: Ranker, *, has_weights: bool, reranker: bool, cross_encoder: bool) -> Resolved:
+    """The ranker ``auto`` stands for, given fitted stage weights, a reranker and whether it is a
+    cross-encoder (module table); an explicit ranker stands for itself."""
     if ranker != "auto":
         return ranker
     if has_weights:
-        return "stage+rerank" if cross_encoder else "stage"
-    return "rerank" if cross_encoder else "fused"
+        return "stage+rerank" if reranker and cross_encoder else "stage"
+    return "rerank" if reranker else "fused"
 
 
 def is_cross_encoder(reranker_id: str | None) -> bool:

@@ -21,14 +21,21 @@ QUESTION = "shadow acne depth bias"
 
 
 @pytest.mark.parametrize(
-    ("weights", "cross", "expected"),
-    [(True, False, "stage"), (True, True, "stage+rerank"), (False, True, "rerank"), (False, False, "fused")],
+    ("weights", "reranker", "cross", "expected"),
+    [
+        (True, False, False, "stage"),
+        (True, True, True, "stage+rerank"),
+        (True, True, False, "stage"),  # the model server's bi-encoder does not join the stage
+        (False, True, True, "rerank"),
+        (False, True, False, "rerank"),  # without weights any reranker's calibrated zones beat none
+        (False, False, False, "fused"),
+    ],
 )
 def test_auto_is_the_stage_when_fitted_joined_by_a_cross_encoder(
-    weights: bool, cross: bool, expected: str
+    weights: bool, reranker: bool, cross: bool, expected: str
 ) -> None:
-    assert resolve_ranker("auto", has_weights=weights, cross_encoder=cross) == expected
-    assert resolve_ranker("fused", has_weights=weights, cross_encoder=cross) == "fused"
+    assert resolve_ranker("auto", has_weights=weights, reranker=reranker, cross_encoder=cross) == expected
+    assert resolve_ranker("fused", has_weights=weights, reranker=reranker, cross_encoder=cross) == "fused"
 
 
 def test_the_default_route_is_both_channels_without_discourse_search() -> None:
