@@ -59,6 +59,7 @@ from worker.protocols import ChatModel, Forum
 from worker.question import Question, pointed_posts, read_question
 from worker.recheck import Recheck, SourceCheck
 from worker.retrieval.pipeline import Retriever
+from worker.retrieval.route import Route
 from worker.settings import Settings
 from worker.summon import RULE_PREFIX, NoticeKind, SummonDecision, SummonPolicy, notice_text
 from worker.trace import Trace
@@ -266,8 +267,7 @@ class AnswerPipeline:
             result = self.retriever.retrieve(
                 question,
                 exclude_post_ids=(post_id, *asked.already_cited),
-                use_posts=flags.posts_pipeline,
-                use_rerank=flags.rerank,
+                route=Route(posts=flags.posts_pipeline, ranker="auto" if flags.rerank else "fused"),
                 trace=trace,
                 query_vector=vector if words == question else None,
                 embed_error=screen.embed_error,

@@ -188,7 +188,12 @@ class ExcerptEmbeddingsSettings(EmbeddingsSettings):
 class RerankerSettings(BaseModel):
     """The cross-encoder served by TEI's `/rerank`."""
 
-    base_url: str | None = Field(None, description="TEI root URL; unset means no reranker (fused order).")
+    base_url: str | None = Field(
+        None,
+        description="TEI root URL of a cross-encoder: it reads the second stage's shortlist (or, for a "
+        "recall model without fitted stage weights, the fused candidates) and its logit sets the zone; "
+        "unset: no cross-encoder (docs/retrieval.md, 'The shipped path').",
+    )
     timeout_s: float = Field(2.0, gt=0, description="Timeout of one rerank call; on expiry: fused order.")
     batch_size: int = Field(32, ge=1, le=1024, description="Texts per call (TEI `max_client_batch_size`).")
     excerpt_chars: int = Field(300, ge=50, le=4000, description="Post characters sent after the title.")
@@ -239,8 +244,13 @@ class GateSettings(BaseModel):
 class RetrievalSettings(BaseModel):
     """Recall, fusion, rerank and evidence zones."""
 
-    recall_k: int = Field(25, ge=1, le=200, description="Candidates from pgvector (and rerank width).")
-    keyword_k: int = Field(25, ge=0, le=50, description="Candidates from Discourse search.")
+    recall_k: int = Field(
+        25,
+        ge=1,
+        le=200,
+        description="Candidates from pgvector (`stage_k` with the second stage); rerank width.",
+    )
+    keyword_k: int = Field(25, ge=0, le=50, description="Hits from Discourse search (the legacy path).")
     keyword_max_terms: int = Field(4, ge=1, le=10, description="Distinctive words sent to search.")
     rrf_k: int = Field(60, ge=1, description="RRF constant: score = sum 1/(k + rank).")
     sources_k: int = Field(6, ge=1, le=20, description="Sources kept after dedupe by topic.")
@@ -279,18 +289,18 @@ class RetrievalSettings(BaseModel):
         description="`binary` index: the Hamming scan's `hnsw.ef_search`; 0: `binary_candidates` "
         "(at most 1,000).",
     )
-    lexical: bool = Field(
-        False, description="Lexical channel: full-text search over post_index, fused with the cosine one."
-    )
     lexical_k: int = Field(50, ge=1, le=200, description="Candidates from the lexical channel.")
     lexical_weight: float = Field(0.75, ge=0, description="RRF weight of the lexical channel (cosine: 1).")
-    keyword_weight: float = Field(1.0, ge=0, description="RRF weight of Discourse search (cosine: 1).")
-    second_stage: bool = Field(
-        False,
-        description="Rank the fused candidates by the second stage (stage_weights.json) instead of "
-        "the reranker; its score sets the zone.",
+    keyword_weight: float = Field(
+        1.0, ge=0, description="RRF weight of Discourse search when the eval fuses it (cosine: 1)."
     )
-    stage_k: int = Field(50, ge=1, le=200, description="Fused candidates the second stage scores.")
+    stage_k: int = Field(
+        50,
+        ge=1,
+        le=200,
+        description="Fused candidates the second stage scores (it runs when weights are fitted for the "
+        "recall model: worker/retrieval/stage_weights.json, docs/retrieval.md).",
+    )
     stage_topics: int = Field(
         10,
         ge=0,

@@ -1,102 +1,104 @@
-"""The retrieval configurations the eval compares: each one is a set of ``Retriever.retrieve`` switches."""
+"""The retrieval configurations the eval compares: each one is a ``Route`` for ``Retriever.retrieve``.
+
+``shipped`` is the default ``Route()``: exactly what the worker runs with its flags on (the ranker
+``auto``: the second stage when weights are fitted for the recall model, joined by a cross-encoder when
+one is configured; docs/retrieval.md). The others pin a channel or a ranker to measure it apart.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from worker.retrieval.route import SHIPPED, Route
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
     name: str
-    use_posts: bool = True
-    use_keyword: bool = True
-    use_rerank: bool = True
-    neighbours: int = 0
+    route: Route = field(default_factory=Route)
     description: str = ""
-    use_lexical: bool = False
-    use_stage: bool = False
-    use_vector: bool = True
-    use_excerpt: bool = False
 
-    def switches(self) -> dict[str, object]:
-        return {
-            "use_posts": self.use_posts,
-            "use_keyword": self.use_keyword,
-            "use_rerank": self.use_rerank,
-            "neighbours": self.neighbours,
-            "use_lexical": self.use_lexical,
-            "use_stage": self.use_stage,
-            "use_vector": self.use_vector,
-            "use_excerpt": self.use_excerpt,
-        }
+    @property
+    def use_posts(self) -> bool:
+        return self.route.posts
+
+    @property
+    def use_vector(self) -> bool:
+        return self.route.vector
+
+    @property
+    def use_excerpt(self) -> bool:
+        return self.route.excerpt and self.use_stage
+
+    @property
+    def use_stage(self) -> bool:
+        """Whether the second stage may rank (``auto`` runs it when weights are fitted)."""
+        return self.route.posts and self.route.ranker in ("auto", "stage", "stage+rerank")
+
+    @property
+    def use_rerank(self) -> bool:
+        """Whether the reranker ranks without the second stage (``rerank``)."""
+        return self.route.posts and self.route.ranker == "rerank"
 
     @property
     def scores_zones(self) -> bool:
-        """Whether this configuration's top score sets a zone (rerank or second stage)."""
-        return self.use_posts and (self.use_rerank or self.use_stage)
+        """Whether this configuration's top score sets a zone (a ranker other than the fused order)."""
+        return self.route.posts and self.route.ranker != "fused"
 
 
+_COSINE = Route(lexical=False, ranker="fused")
 CONFIGS: dict[str, Config] = {
     c.name: c
     for c in (
+        Config("shipped", SHIPPED, "the worker's defaults: cosine + lexical, the shipped ranker (auto)"),
+        Config("legacy", Route(posts=False), "Discourse search alone, topic grain"),
+        Config("posts", _COSINE, "pgvector cosine alone"),
         Config(
-            "legacy", use_posts=False, use_rerank=False, description="Discourse search alone, topic grain"
+            "posts+keyword",
+            Route(lexical=False, keyword=True, ranker="fused"),
+            "cosine and keyword fused by RRF",
         ),
-        Config("posts", use_keyword=False, use_rerank=False, description="pgvector cosine alone"),
-        Config("posts+keyword", use_rerank=False, description="cosine and keyword fused by RRF"),
-        Config("posts+rerank", use_keyword=False, description="cosine, then the reranker"),
-        Config("posts+keyword+rerank", description="the full pipeline"),
+        Config("posts+rerank", Route(lexical=False, ranker="rerank"), "cosine, then the reranker"),
+        Config(
+            "posts+keyword+rerank",
+            Route(lexical=False, keyword=True, ranker="rerank"),
+            "the pipeline before issue 35",
+        ),
         Config(
             "posts+keyword+rerank+neighbours",
-            neighbours=1,
-            description="the full pipeline with ±1 neighbour posts as context",
+            Route(lexical=False, keyword=True, ranker="rerank", neighbours=1),
+            "that pipeline with ±1 neighbour posts as context",
         ),
+        Config("posts+neighbours", Route(lexical=False, ranker="fused", neighbours=1), "cosine, ±1"),
+        Config("lexical", Route(vector=False, ranker="fused"), "the lexical channel over post_index alone"),
         Config(
-            "posts+neighbours", use_keyword=False, use_rerank=False, neighbours=1, description="cosine, ±1"
-        ),
-        Config(
-            "lexical",
-            use_keyword=False,
-            use_rerank=False,
-            use_lexical=True,
-            use_vector=False,
-            description="the lexical channel over post_index alone",
-        ),
-        Config(
-            "posts+lexical",
-            use_keyword=False,
-            use_rerank=False,
-            use_lexical=True,
-            description="cosine and the lexical channel fused by weighted RRF",
+            "posts+lexical", Route(ranker="fused"), "cosine and the lexical channel fused by weighted RRF"
         ),
         Config(
             "posts+lexical+stage",
-            use_keyword=False,
-            use_rerank=False,
-            use_lexical=True,
-            use_stage=True,
-            description="cosine + lexical (weighted RRF), ranked by the second stage; its zones",
+            Route(ranker="stage", excerpt=False),
+            "cosine + lexical (weighted RRF), ranked by the second stage; its zones",
         ),
         Config(
             "posts+lexical+stage+excerpt",
-            use_keyword=False,
-            use_rerank=False,
-            use_lexical=True,
-            use_stage=True,
-            use_excerpt=True,
-            description="the second stage with the second bi-encoder's excerpt cosine as a feature",
+            Route(ranker="stage"),
+            "the second stage with the second bi-encoder's excerpt cosine as a feature",
         ),
         Config(
             "posts+lexical+keyword+stage",
-            use_rerank=False,
-            use_lexical=True,
-            use_stage=True,
-            description="the second stage with Discourse search as a third channel",
+            Route(keyword=True, ranker="stage", excerpt=False),
+            "the second stage with Discourse search as a third channel",
+        ),
+        Config(
+            "posts+lexical+stage+rerank",
+            Route(ranker="stage+rerank", excerpt=False),
+            "the second stage's shortlist read by the reranker; its logit orders and sets the zone",
         ),
     )
 }
 DEFAULT = (
+    "shipped",
     "legacy",
     "posts",
     "lexical",
@@ -105,7 +107,8 @@ DEFAULT = (
     "posts+keyword+rerank",
     "posts+lexical+stage",
 )
-FULL = "posts+keyword+rerank"  # today's shape
+SHIPPED_NAME = "shipped"
+FULL = "posts+keyword+rerank"  # the shape before issue 35 (the reranker's calibration)
 STAGE = "posts+lexical+stage"  # the second stage
 STAGE_EXCERPT = "posts+lexical+stage+excerpt"  # the second stage with the second bi-encoder
 SINGLE_CHANNELS = ("legacy", "posts", "lexical")

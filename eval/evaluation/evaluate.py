@@ -190,14 +190,7 @@ def run_one(
         result = retriever.retrieve(
             asked.text,
             exclude_post_ids=(*q.exclude_post_ids, *asked.already_cited),
-            use_posts=config.use_posts,
-            use_keyword=config.use_keyword,
-            use_rerank=config.use_rerank,
-            neighbours=config.neighbours,
-            use_lexical=config.use_lexical,
-            use_stage=config.use_stage,
-            use_vector=config.use_vector,
-            use_excerpt=config.use_excerpt,
+            route=config.route,
             query_vector=vector,
         )
     except CitebotError as exc:

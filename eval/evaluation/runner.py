@@ -118,12 +118,12 @@ def evaluate_with(
                 retriever.use_stage_model(run.stage_model)
             stage_scorer = (
                 retriever.stage_model(excerpt=any(c.use_excerpt for c in run.configs)).scorer_id
-                if any(c.use_stage for c in run.configs)
+                if any(c.use_stage for c in run.configs) and retriever.has_stage_weights()
                 else None
             )
             full = next((c for c in run.configs if c.use_rerank and c.use_posts), run.configs[-1])
             for q in questions[: run.warmup]:  # models, connections and caches warm before timing
-                retriever.retrieve(q.asked().text, exclude_post_ids=q.exclude_post_ids, **full.switches())  # type: ignore[arg-type]
+                retriever.retrieve(q.asked().text, exclude_post_ids=q.exclude_post_ids, route=full.route)
             started = time.perf_counter()
 
             def progress(i: int, n: int) -> None:
@@ -149,6 +149,7 @@ def evaluate_with(
                 "scorer": getattr(retriever.reranker, "reranker_id", None),
                 "thresholds": asdict(retriever.thresholds()),
                 "stage_scorer": stage_scorer,
+                "shipped_ranker": retriever.ranker(),  # what ``shipped`` (ranker auto) resolved to
                 "stage_thresholds": asdict(retriever.thresholds(stage_scorer)) if stage_scorer else None,
             }
     finally:

@@ -44,7 +44,10 @@ def test_mention_gets_one_reply_with_links_that_resolve_and_nothing_injected(sta
     assert row["zone"] in {"normal", "weak"}
     assert row["reply_post_id"] == replies[0]["id"]
     names = {s["name"] for s in row["trace"]["stages"]}
-    assert {"gate", "embed", "recall", "keyword", "rerank", "generate", "sanitize"} <= names
+    # the shipped path: cosine + lexical; no stage weights for test-model, so the reranker orders
+    assert {"gate", "embed", "recall", "lexical", "rerank", "generate", "sanitize"} <= names
+    assert "keyword" not in names  # Discourse search is the legacy path's only
+    assert row["trace"]["info"]["config"]["ranker"] == "rerank"
 
 
 def test_llm_500_twice_then_200_gives_one_reply(stack: Stack) -> None:

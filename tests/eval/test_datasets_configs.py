@@ -64,27 +64,28 @@ def test_configs_by_name_default_and_all() -> None:
     assert [c.name for c in parse_configs("posts, legacy")] == ["posts", "legacy"]
     assert [c.name for c in parse_configs("default")] == list(DEFAULT)
     assert len(parse_configs(["all"])) == len(CONFIGS)
-    legacy = CONFIGS["legacy"]
-    assert legacy.switches() == {
-        "use_posts": False,
-        "use_keyword": True,
-        "use_rerank": False,
-        "neighbours": 0,
-        "use_lexical": False,
-        "use_stage": False,
-        "use_vector": True,
-        "use_excerpt": False,
-    }
-    assert CONFIGS["posts+keyword+rerank+neighbours"].neighbours == 1
-    stage = CONFIGS["posts+lexical+stage"]
-    assert stage.use_lexical
-    assert stage.use_stage
-    assert not stage.use_keyword
-    assert stage.scores_zones
+    assert not CONFIGS["legacy"].use_posts
+    assert CONFIGS["posts+keyword+rerank+neighbours"].route.neighbours == 1
+    stage = CONFIGS["posts+lexical+stage"].route
+    assert (stage.lexical, stage.ranker, stage.keyword) == (True, "stage", False)
+    assert CONFIGS["posts+lexical+stage"].scores_zones
     assert CONFIGS["posts+keyword+rerank"].scores_zones
     assert not CONFIGS["lexical"].use_vector
+    assert not CONFIGS["posts"].scores_zones
     with pytest.raises(UnknownConfigError, match="unknown configuration 'bm25'"):
         parse_configs("posts,bm25")
+
+
+def test_shipped_runs_exactly_the_worker_defaults() -> None:
+    """``--configs shipped`` is the default route: the one the worker runs with its flags on."""
+    from worker.retrieval.route import Route
+
+    shipped = CONFIGS["shipped"]
+    assert shipped.route == Route()
+    assert (shipped.route.lexical, shipped.route.keyword, shipped.route.ranker) == (True, False, "auto")
+    assert shipped.scores_zones
+    assert parse_configs("shipped,posts,lexical")[0] is shipped
+    assert DEFAULT[0] == "shipped"
 
 
 def test_short_form_is_the_first_sentence_that_says_something() -> None:

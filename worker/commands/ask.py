@@ -34,7 +34,11 @@ def register(group: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--legacy", action="store_true", help="legacy path: keyword search, each hit topic's answer cited"
     )
-    group.add_argument("--no-rerank", action="store_true", help="skip the cross-encoder (fused order)")
+    group.add_argument(
+        "--no-rerank",
+        action="store_true",
+        help="skip the ranker (second stage, cross-encoder): fused order, zone normal (flag rerank off)",
+    )
     group.add_argument("--no-gate", action="store_true", help="skip the intent gate")
     group.add_argument("--exclude", type=int, action="append", default=[], help="hide this post id")
     group.set_defaults(handler=_ask)
@@ -53,6 +57,7 @@ def _ask(args: argparse.Namespace) -> int:
     from worker.generation.factory import chat_model_from
     from worker.question import thread_question
     from worker.retrieval.factory import build_retriever
+    from worker.retrieval.route import Route
 
     settings = settings_from(args)
     asked = thread_question(
@@ -87,8 +92,7 @@ def _ask(args: argparse.Namespace) -> int:
                 result = retriever.retrieve(
                     question,
                     exclude_post_ids=tuple(args.exclude),
-                    use_posts=not args.legacy,
-                    use_rerank=not args.no_rerank,
+                    route=Route(posts=not args.legacy, ranker="fused" if args.no_rerank else "auto"),
                 )
             # legacy sources are answer posts (worker/retrieval/legacy.py): linked like the worker does
             grain: LinkGrain = "post" if result.grain == "post" or result.legacy else "topic"

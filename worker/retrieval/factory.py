@@ -92,7 +92,7 @@ def build_retriever(
     if cfg.enabled:
         excerpt_embedder = excerpt_embedder or second_embedder(settings, http or httpx.Client())
         excerpts = PostgresExcerptIndex(connections, model=cfg.model, dimension=cfg.dimension)
-    return Retriever(
+    retriever = Retriever(
         embedder,
         index,
         keyword,
@@ -107,3 +107,9 @@ def build_retriever(
         topics=topics,
         bots=(settings.discourse.bot_username, settings.discourse.api_username),
     )
+    # the path the shipped defaults take with this model set (docs/retrieval.md, "The shipped path")
+    if retriever.has_stage_weights():
+        log.info("%s", retriever.describe())
+    else:
+        log.warning("%s", retriever.describe())
+    return retriever

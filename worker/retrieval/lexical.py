@@ -37,6 +37,7 @@ TEXT_WEIGHT = 1.0 / 3.0
 MAX_TERMS = 16
 MAX_DF_SHARE = 0.3  # a word in more than 30 % of the posts is a stop-word here
 MIN_POSTS_FOR_CAP = 100
+MAX_POSTINGS = 8000  # posts one search reads at most, beyond its rarest term (``match_terms``)
 
 _FENCED = regex.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", regex.S)
 _INLINE_CODE = regex.compile(r"`[^`\n]*`")
@@ -91,21 +92,20 @@ def lexeme_stats(connections: ConnectionSource) -> PostgresTermStats:
 
 LEXEMES_SQL = "SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %s))"
 
-# The terms arrive as (lexeme, idf) arrays; the posts that match any of them are scored once each.
+# One statement per search. The posts matching any of the match terms are read once each (their
+# tsvector detoasted once: ``|| ''``), then scored by one expression of one ``ts_rank`` per term
+# (``score_sql``). Cross-joining hits with terms and summing in a hash aggregate, as before, cost about
+# three times as much: every (post, term) pair was a row and fetched the tsvector again.
 SEARCH_SQL = """
-WITH terms AS (
-    SELECT t.term, t.idf, quote_literal(t.term)::tsquery AS q
-    FROM unnest(%(terms)s::text[], %(idf)s::float8[]) AS t(term, idf)
-), hits AS MATERIALIZED (
-    SELECT p.post_id, p.lexical
+WITH hits AS MATERIALIZED (
+    SELECT p.post_id, p.lexical || ''::tsvector AS lexical
     FROM post_index p
     WHERE p.lexical @@ %(any)s::tsquery
       AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
       AND p.post_id <> ALL(%(exclude)s::bigint[])
 ), scored AS (
-    SELECT h.post_id, sum(t.idf * ts_rank(%(weights)s::float4[], h.lexical, t.q, 1)) AS score
-    FROM hits h CROSS JOIN terms t
-    GROUP BY h.post_id
+    SELECT h.post_id, {score} AS score
+    FROM hits h
     ORDER BY score DESC, h.post_id
     LIMIT %(k)s
 )
@@ -114,17 +114,34 @@ FROM scored s JOIN post_index p USING (post_id)
 ORDER BY s.score DESC, p.post_id
 """
 
-
 SCORES_SQL = """
-WITH terms AS (
-    SELECT t.idf, quote_literal(t.term)::tsquery AS q
-    FROM unnest(%(terms)s::text[], %(idf)s::float8[]) AS t(term, idf)
-)
-SELECT p.post_id, sum(t.idf * ts_rank(%(weights)s::float4[], p.lexical, t.q, 1))
-FROM post_index p CROSS JOIN terms t
-WHERE p.post_id = ANY(%(ids)s::bigint[]) AND p.lexical @@ t.q
-GROUP BY p.post_id
+SELECT p.post_id, {score}
+FROM post_index p
+WHERE p.post_id = ANY(%(ids)s::bigint[]) AND p.lexical @@ %(any)s::tsquery
 """
+
+# The index's size, from the planner's statistics (no scan): the match terms' budget scales with it.
+POSTS_SQL = "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'post_index'::regclass"
+
+
+def score_sql(n_terms: int, column: str = "h") -> str:
+    """``Σ idf_j · ts_rank(weights, lexical, term_j, 1)`` over ``n_terms`` terms (parameters ``idf0``,
+    ``q0``, …): the statement's text depends only on how many terms there are."""
+    if n_terms < 1:
+        raise ValueError("at least one term")
+    return " + ".join(
+        f"%(idf{j})s::float8 * ts_rank(%(weights)s::float4[], {column}.lexical, %(q{j})s::tsquery, 1)"
+        for j in range(n_terms)
+    )
+
+
+def search_sql(n_terms: int) -> str:
+    return SEARCH_SQL.format(score=score_sql(n_terms, "h"))
+
+
+def scores_sql(n_terms: int) -> str:
+    return SCORES_SQL.format(score=score_sql(n_terms, "p"))
+
 
 WEIGHTS = [0.0, 0.0, TEXT_WEIGHT, TITLE_WEIGHT]  # ts_rank's order: D, C, B, A
 
@@ -142,6 +159,56 @@ def tsquery_any(terms: Sequence[str]) -> str:
     return " | ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms)
 
 
+def term_params(terms: Sequence[tuple[str, float]]) -> dict[str, object]:
+    """Each term's idf and single-lexeme tsquery (``idf0``, ``q0``, …), and ``any``: all of them ORed."""
+    params: dict[str, object] = {"weights": WEIGHTS, "any": tsquery_any([t for t, _ in terms])}
+    for j, (term, idf) in enumerate(terms):
+        params[f"idf{j}"] = idf
+        params[f"q{j}"] = tsquery_any([term])
+    return params
+
+
+def search_params(
+    terms: Sequence[tuple[str, float]],
+    k: int,
+    exclude_post_ids: Sequence[int] = (),
+    match: Sequence[str] | None = None,
+) -> dict[str, object] | None:
+    """``search_sql(len(terms))``'s parameters (None without terms: nothing to match); ``match``: the
+    terms whose posts are read (default: all), every term still scores them."""
+    if not terms:
+        return None
+    params = term_params(terms)
+    if match is not None:
+        params["any"] = tsquery_any(match)
+    params.update({"exclude": list(exclude_post_ids), "k": k})
+    return params
+
+
+def match_terms(
+    terms: Sequence[tuple[str, float]], stats: LexemeStats | None, posts: int, budget: int = MAX_POSTINGS
+) -> list[str]:
+    """The terms whose posts the search reads: rarest first while their postings (estimated from the
+    sample's document frequencies, scaled to ``posts``) stay within ``budget``; at least the rarest.
+
+    The cost of a search is the number of posts it reads and scores, and a common word (in a few percent
+    of the posts) brings thousands. On the archive (36k posts) the budget cuts no term for most
+    questions; at 425k it keeps the cost flat: a post that matches only common words has a low score
+    and rarely made the first ``lexical_k`` (the eval's overlap figures: docs/performance.md)."""
+    if stats is None or stats.total <= 0 or not terms:
+        return [t for t, _ in terms]
+    scale = max(posts, stats.total) / stats.total
+    picked: list[str] = []
+    used = 0.0
+    for term, _ in terms:  # rarest first
+        postings = stats.counts.get(term, 0) * scale
+        if picked and used + postings > budget:
+            break
+        picked.append(term)
+        used += postings
+    return picked
+
+
 class PostgresLexicalIndex:
     """The lexical channel over ``post_index.lexical`` (a connection source: a pool's ``connection``)."""
 
@@ -151,10 +218,12 @@ class PostgresLexicalIndex:
         *,
         stats: Callable[[], LexemeStats | None] | None = None,
         max_terms: int = MAX_TERMS,
+        budget: int = MAX_POSTINGS,
     ) -> None:
         self._connections = connections
         self._stats = stats if stats is not None else lexeme_stats(connections)
         self._max_terms = max_terms
+        self._budget = budget
 
     def terms(
         self, conn: psycopg.Connection, question: str, stats: LexemeStats | None
@@ -178,15 +247,10 @@ class PostgresLexicalIndex:
                 terms = self.terms(conn, question, stats)
                 if not terms:
                     return LexicalResult((), ())
-                params = {
-                    "terms": [t for t, _ in terms],
-                    "idf": [w for _, w in terms],
-                    "any": tsquery_any([t for t, _ in terms]),
-                    "weights": WEIGHTS,
-                    "exclude": list(exclude_post_ids),
-                    "k": k,
-                }
-                rows = conn.execute(SEARCH_SQL, params).fetchall()
+                row = conn.execute(POSTS_SQL).fetchone()
+                match = match_terms(terms, stats, int(row[0]) if row else 0, self._budget)
+                params = search_params(terms, k, exclude_post_ids, match)
+                rows = conn.execute(search_sql(len(terms)), params).fetchall()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise ServiceUnavailableError(
                 f"post index unavailable: {first_line(exc)}", service="postgres"
@@ -197,15 +261,10 @@ class PostgresLexicalIndex:
         """The lexical score of each of ``post_ids`` for ``terms`` (posts matching none are absent)."""
         if not terms or not post_ids:
             return {}
-        params = {
-            "terms": [t for t, _ in terms],
-            "idf": [w for _, w in terms],
-            "weights": WEIGHTS,
-            "ids": list(post_ids),
-        }
+        params = {**term_params(terms), "ids": list(post_ids)}
         try:
             with self._connections() as conn, conn.transaction():
-                rows = conn.execute(SCORES_SQL, params).fetchall()
+                rows = conn.execute(scores_sql(len(terms)), params).fetchall()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise ServiceUnavailableError(
                 f"post index unavailable: {first_line(exc)}", service="postgres"

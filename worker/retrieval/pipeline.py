@@ -1,17 +1,20 @@
-"""Stages 1–3 in one call: recall + keyword → RRF → rerank → aggregate, with the legacy fallbacks.
+"""Stages 1–3 in one call: the channels → weighted RRF → the ranker → aggregate, with the legacy path.
 
 ::
 
-    question ─┬─ embed ─ recall (pgvector, top recall_k) ─┐
-              └─ keyword (Discourse search, thread) ──────┴─ fuse (RRF) ─ hydrate ─ rerank ─ aggregate
+    question ─┬─ embed ─ recall (pgvector, top recall_k / stage_k) ─┐
+              ├─ lexical (full-text over post_index) ───────────────┼─ fuse (RRF) ─ ranker ─ aggregate
+              └─ keyword (Discourse search; eval only) ─────────────┘
 
-The keyword branch runs in a worker thread while the calling thread embeds and recalls, so the
-latency is the longer branch plus rerank. Legacy retrieval — Discourse search alone, each hit topic's
-answer as the source (``legacy.py``), zone normal, or abstain when no topic has an answer — is used
-when the posts pipeline is switched off, when the index is empty (checked and cached
-``index_check_ttl_s``) and when the question cannot be embedded; each is recorded in the trace.
-The switches of ``retrieve`` (posts / keyword / rerank / neighbours) are the configurations the eval
-compares: legacy, posts, posts+keyword, posts+keyword+rerank, +neighbours.
+The lexical (and keyword) branches run in worker threads while the calling thread embeds and
+recalls, so the latency is the longer branch plus the ranker. What runs is one ``Route``
+(``route.py``; the default is the shipped path): the ranker is the second stage when weights are
+fitted for the recall model, joined by a cross-encoder when one is configured; without weights the
+cross-encoder alone, or the fused order. ``_zone`` decides the zone in one place. Legacy retrieval —
+Discourse search alone, each hit topic's answer as the source (``legacy.py``), zone normal, or abstain
+when no topic has an answer — is used when the posts pipeline is switched off, when the index is
+empty (checked and cached ``index_check_ttl_s``) and when the question cannot be embedded; each is
+recorded in the trace.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from worker.retrieval.legacy import TopicReader, answer_candidates, read_answers
 from worker.retrieval.lexical import LexicalResult, PostgresLexicalIndex
 from worker.retrieval.recall import PostIndex
 from worker.retrieval.rerank import rerank_candidates
+from worker.retrieval.route import SHIPPED, Resolved, Route, is_cross_encoder, resolve_ranker
 from worker.retrieval.stage import StageModel, feature_rows, is_brief, load_model, model_set_id, rank_rows
 from worker.retrieval.threads import EMPTY, PostgresThreadIndex, Thread
 from worker.settings import RetrievalSettings
@@ -75,6 +79,15 @@ class RetrievalResult:
     @property
     def legacy(self) -> bool:
         return self.legacy_reason is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _StageVerdict:
+    """What the second stage's zone rests on: its model set, top post score and answerable score."""
+
+    model: StageModel
+    top: float | None
+    answerable: float | None
 
 
 class _IndexState:
@@ -142,6 +155,7 @@ class Retriever:
         self.excerpt_embedder = excerpt_embedder if excerpts is not None else None
         self._stage_model: StageModel | None = None
         self._stage_models: dict[bool, StageModel] = {}
+        self._info_tried = False
         self._index_state = _IndexState(index, settings.index_check_ttl_s, clock) if index else None
         # The legacy path reads each hit topic as the reader to cite its answer (``legacy.py``).
         self.topics = topics
@@ -175,59 +189,52 @@ class Retriever:
         question: str,
         *,
         exclude_post_ids: Sequence[int] = (),
-        use_posts: bool = True,
-        use_keyword: bool = True,
-        use_rerank: bool = True,
-        neighbours: int | None = None,
-        use_lexical: bool | None = None,
-        use_stage: bool | None = None,
-        use_vector: bool = True,
-        use_excerpt: bool = True,
+        route: Route = SHIPPED,
         trace: Trace | None = None,
         query_vector: Sequence[float] | None = None,
         embed_error: CitebotError | None = None,
     ) -> RetrievalResult:
-        """Sources and zone for ``question``; ``neighbours``, ``use_lexical`` and ``use_stage`` default
-        to ``settings.neighbours``, ``settings.lexical`` and ``settings.second_stage``;
-        ``use_vector=False`` leaves the cosine channel out (the eval measures the lexical one alone);
-        ``use_excerpt=False`` keeps the second bi-encoder out of the second stage (the eval compares);
-        ``embed_error`` is the error of an embedding the caller already tried for this question (the
-        gate's intent layer): the legacy path is taken at once instead of waiting on the embedder again."""
+        """Sources and zone for ``question`` along ``route`` (default: the shipped path, ``route.py``).
+
+        ``exclude_post_ids`` are never returned (the question's own post); ``query_vector`` is the
+        question's vector when the caller embedded it already (the gate's intent layer), and
+        ``embed_error`` the error of an embedding the caller already tried: the legacy path is taken at
+        once instead of waiting on the embedder again."""
         trace = trace or Trace()
         s = self.settings
-        lexical_on = (s.lexical if use_lexical is None else use_lexical) and self.lexical is not None
-        stage_on = s.second_stage if use_stage is None else use_stage
-        if stage_on and not use_vector:
-            raise ValueError("the second stage needs the cosine channel")
-        trace.info["config"] = {
-            "posts": use_posts,
-            "keyword": use_keyword,
-            "lexical": lexical_on,
-            "rerank": use_rerank and not stage_on,
-            "stage": stage_on,
-            "excerpt": stage_on and use_excerpt and self.excerpts is not None,
-            "neighbours": s.neighbours if neighbours is None else neighbours,
-        }
-        reason = self._legacy_reason(use_posts, trace)
-        if reason is None and embed_error is not None and use_vector:
+        lexical_on = route.lexical and self.lexical is not None
+        keyword_on = route.keyword and self.keyword is not None and s.keyword_k > 0
+        n_around = s.neighbours if route.neighbours is None else route.neighbours
+        reason = self._legacy_reason(route.posts, trace)
+        if reason is None and embed_error is not None and route.vector:
             reason = _reason(embed_error)
+        ranker = self.ranker(route) if reason is None else "fused"
+        stage_on = ranker in ("stage", "stage+rerank")
+        trace.info["config"] = {
+            "posts": route.posts,
+            "keyword": keyword_on,
+            "lexical": lexical_on,
+            "ranker": ranker,
+            "excerpt": stage_on and route.excerpt and self.excerpts is not None,
+            "neighbours": n_around,
+        }
         if reason is not None:
             return self._legacy(question, exclude_post_ids, trace, reason, None)
 
         future: Future[KeywordResult] | None = None
-        if use_keyword and self.keyword is not None and s.keyword_k > 0:
+        if keyword_on:
             future = self._pool.submit(self._keyword, question, exclude_post_ids, trace)
         lexical_future: Future[LexicalResult] | None = None
         if lexical_on:
             lexical_future = self._pool.submit(self._lexical, question, exclude_post_ids, trace)
         excerpt_future: Future[list[float]] | None = None
-        if stage_on and use_excerpt and self.excerpt_embedder is not None:
+        if stage_on and route.excerpt and self.excerpt_embedder is not None:
             excerpt_future = self._pool.submit(self._excerpt_vector, question, trace)
         recall_k = max(s.recall_k, s.stage_k) if stage_on else s.recall_k
         try:
             vector, vector_ranking = (
                 self._embed_and_recall(question, exclude_post_ids, trace, recall_k, query_vector)
-                if use_vector
+                if route.vector
                 else ([], ())
             )
         except IndexMismatchError:
@@ -269,38 +276,18 @@ class Retriever:
         if keyword_ranking:
             fused = self._hydrate(fused, trace)
 
-        zone: Zone = "normal"
-        floor: float | None = None
         ranked: Sequence[Candidate] = fused
+        verdict: _StageVerdict | None = None
         features: tuple[dict[str, float], ...] = ()
         if stage_on and fused:
-            ranked, zone, features = self._second_stage(
+            ranked, verdict, features = self._second_stage(
                 question, fused, vector, lexical, exclude_post_ids, trace, excerpt_future
             )
-        elif use_rerank and self.reranker is not None and fused:
-            with trace.stage("rerank") as st:
-                outcome = rerank_candidates(
-                    self.reranker,
-                    question,
-                    fused,
-                    width=s.recall_k,
-                    excerpt_chars=self.rerank_excerpt_chars,
-                )
-                st.counts = {"in": min(len(fused), s.recall_k)}
-                st.scores([c.logit for c in outcome.candidates])
-                if outcome.fallback:
-                    st.fallback = outcome.fallback
-            if outcome.fallback:
-                trace.fallback("rerank", outcome.fallback)
-            ranked = outcome.candidates
-            if outcome.applied:
-                limits = self.thresholds()
-                zone = assign_zone(ranked[0].logit, limits.abstain_below, limits.weak_below)
-                floor = {"normal": limits.weak_below, "weak": limits.abstain_below}.get(zone)
-        elif use_rerank and self.reranker is None and not stage_on:
-            trace.fallback("rerank", "no reranker configured")
+        reranked = False
+        if ranker in ("rerank", "stage+rerank") and ranked:
+            ranked, reranked = self._rerank(question, ranked, trace)
+        zone, floor = self._zone(ranked, verdict, reranked, trace)
 
-        n_around = s.neighbours if neighbours is None else neighbours
         with trace.stage("aggregate") as st:
             kept = dedupe_by_topic(ranked)[: s.sources_k]
             context = neighbours_for(kept, n_around, self.index.neighbours) if self.index else {}
@@ -313,6 +300,65 @@ class Retriever:
         return RetrievalResult(
             tuple(sources), zone, "post", tuple(ranked), trace, floor=floor, stage_features=features
         )
+
+    def ranker(self, route: Route = SHIPPED) -> Resolved:
+        """The ranker ``route`` runs with this retriever (``route.resolve_ranker``): ``auto`` becomes the
+        second stage when weights are fitted for the recall model, with the cross-encoder when one is
+        configured; without weights, the reranker alone or the fused order."""
+        weights = route.vector and self.has_stage_weights()
+        return resolve_ranker(
+            route.ranker,
+            has_weights=weights,
+            reranker=self.reranker is not None,
+            cross_encoder=weights and self.has_cross_encoder(),  # asked only where it decides
+        )
+
+    def has_stage_weights(self) -> bool:
+        """Whether second-stage weights are fitted for the recall model (``stage_weights.json``)."""
+        try:
+            self.stage_model()
+        except ConfigError:
+            return False
+        return True
+
+    def has_cross_encoder(self) -> bool:
+        """Whether the configured reranker is a cross-encoder (its ``/info``, read once; a reranker
+        without one counts as a cross-encoder). The local model server's calibrated bi-encoder is not."""
+        reranker = self.reranker
+        if reranker is None:
+            return False
+        info = getattr(reranker, "info", None)
+        if getattr(reranker, "reranker_id", None) is None and callable(info) and not self._info_tried:
+            self._info_tried = True
+            try:
+                info()
+            except CitebotError as exc:
+                log.info("reranker /info unavailable (%s): taken for a cross-encoder", type(exc).__name__)
+        return is_cross_encoder(getattr(reranker, "reranker_id", None))
+
+    def describe(self) -> str:
+        """The shipped path this retriever runs, in words (logged at the worker's start; no network:
+        whether the reranker is a cross-encoder is read from its ``/info`` at the first question)."""
+        model = self.embedder.model if self.embedder is not None else "no embedder"
+        lexical = " + lexical" if self.lexical is not None else ""
+        weights, reranker = self.has_stage_weights(), self.reranker is not None
+        if weights and reranker:
+            what = (
+                "the second stage, then the reranker's logit orders and sets the zones when it is a "
+                "cross-encoder"
+            )
+        elif weights:
+            what = "the second stage (fitted weights) orders and sets the zones"
+        elif reranker:
+            what = "the reranker orders the fused candidates and sets the zones"
+        else:
+            what = "fused order, zone normal (no abstention on weak evidence)"
+        fit = (
+            ""
+            if weights
+            else f"; no second-stage weights for {model} until the forum is calibrated (docs/retrieval.md)"
+        )
+        return f"retrieval: cosine ({model}){lexical}: {what}{fit}"
 
     # -- branches -----------------------------------------------------------------------------------
 
@@ -353,9 +399,9 @@ class Retriever:
         exclude_post_ids: Sequence[int],
         trace: Trace,
         excerpt_future: Future[list[float]] | None = None,
-    ) -> tuple[list[Candidate], Zone, tuple[dict[str, float], ...]]:
+    ) -> tuple[list[Candidate], _StageVerdict, tuple[dict[str, float], ...]]:
         """The first ``stage_k`` fused candidates, with the other posts of their first ``stage_topics``
-        topics, by the second stage's score; the zone from its top."""
+        topics, by the second stage's score; what its zone rests on (``_zone`` decides it)."""
         s = self.settings
         head, tail = list(fused[: s.stage_k]), list(fused[s.stage_k :])
         with trace.stage("stage") as st:
@@ -387,16 +433,12 @@ class Retriever:
             rows = feature_rows(head, thread, brief=brief, excerpt=excerpt)
             ranked = rank_rows(model, head, rows)
             by_id = {c.post_id: r for c, r in zip(head, rows, strict=True)}
-            limits = self.thresholds(model.scorer_id)
             scores = [c.stage for c in ranked if c.stage is not None]
-            top = max(scores, default=None)
-            answerable = model.answerable(scores, [by_id[c.post_id] for c in ranked])
-            if answerable is None:
-                zone = assign_zone(top, limits.abstain_below, limits.weak_below)
-            elif answerable < model.abstain_below:
-                zone = "abstain"
-            else:
-                zone = assign_zone(top, -math.inf, limits.weak_below)
+            verdict = _StageVerdict(
+                model=model,
+                top=max(scores, default=None),
+                answerable=model.answerable(scores, [by_id[c.post_id] for c in ranked]),
+            )
             st.counts = {
                 "in": len(head),
                 "topic_posts": len(added),
@@ -405,8 +447,62 @@ class Retriever:
                 "excerpt": len(excerpt or {}),
             }
             st.scores([c.stage for c in ranked])
-            st.info = {"model_set": model.model_set, "zone": zone, "brief": brief, "answerable": answerable}
-        return ranked + tail, zone, tuple(by_id[c.post_id] for c in ranked)
+            st.info = {
+                "model_set": model.model_set,
+                "zone": self._stage_zone(verdict),
+                "brief": brief,
+                "answerable": verdict.answerable,
+            }
+        return ranked + tail, verdict, tuple(by_id[c.post_id] for c in ranked)
+
+    def _rerank(
+        self, question: str, ranked: Sequence[Candidate], trace: Trace
+    ) -> tuple[list[Candidate], bool]:
+        """The cross-encoder over the first ``recall_k`` of ``ranked`` (the fused order, or the second
+        stage's); whether its logits were applied (a failure keeps the order, recorded)."""
+        if self.reranker is None:
+            trace.fallback("rerank", "no reranker configured")
+            return list(ranked), False
+        width = self.settings.recall_k
+        with trace.stage("rerank") as st:
+            outcome = rerank_candidates(
+                self.reranker, question, ranked, width=width, excerpt_chars=self.rerank_excerpt_chars
+            )
+            st.counts = {"in": min(len(ranked), width)}
+            st.scores([c.logit for c in outcome.candidates])
+            if outcome.fallback:
+                st.fallback = outcome.fallback
+        if outcome.fallback:
+            trace.fallback("rerank", outcome.fallback)
+        return list(outcome.candidates), outcome.applied
+
+    def _stage_zone(self, verdict: _StageVerdict) -> Zone:
+        """The second stage's zone: abstain when the question-level score says unanswerable, else its
+        top post score against the model set's thresholds (``stage:<model set>``)."""
+        limits = self.thresholds(verdict.model.scorer_id)
+        if verdict.answerable is None:
+            return assign_zone(verdict.top, limits.abstain_below, limits.weak_below)
+        if verdict.answerable < verdict.model.abstain_below:
+            return "abstain"
+        return assign_zone(verdict.top, -math.inf, limits.weak_below)
+
+    def _zone(
+        self, ranked: Sequence[Candidate], verdict: _StageVerdict | None, reranked: bool, trace: Trace
+    ) -> tuple[Zone, float | None]:
+        """The one place the post path's zone is decided, and the source floor that goes with it:
+
+        - the cross-encoder's logits applied: the top logit against the cross-encoder's thresholds
+          (``zone_thresholds.json`` by its id, else the seed's -4 / 0), floor at the zone's bound;
+        - else the second stage ran: its zone (``_stage_zone``), no floor (a source's score is not the
+          stage's);
+        - else (fused order, or the reranker failed or is missing): normal, no floor."""
+        if reranked and ranked:
+            limits = self.thresholds()
+            zone = assign_zone(ranked[0].logit, limits.abstain_below, limits.weak_below)
+            return zone, {"normal": limits.weak_below, "weak": limits.abstain_below}.get(zone)
+        if verdict is not None:
+            return self._stage_zone(verdict), None
+        return "normal", None
 
     def _thread(
         self, vector: Sequence[float], head: Sequence[Candidate], exclude: Sequence[int], trace: Trace

@@ -246,7 +246,7 @@ def load_model(model_set: str, path: Path = WEIGHTS_FILE) -> StageModel:
     if model is None:
         raise ConfigError(
             f"no second-stage weights for model set {model_set!r} in {path.name}: fit them with "
-            "`python -m eval fit-stage`, or set CITEBOT_RETRIEVAL__SECOND_STAGE=false"
+            "`python -m eval fit-stage` (without them the shipped path ranks without the stage)"
         )
     return model
 

@@ -20,6 +20,7 @@ from worker.retrieval.lexical import PostgresLexicalIndex
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.retrieval.rerank import rerank_text
+from worker.retrieval.route import Route
 from worker.retrieval.stage import FEATURES, StageModel
 from worker.retrieval.threads import PostgresThreadIndex
 from worker.settings import RetrievalSettings
@@ -165,8 +166,8 @@ def test_the_second_models_cosine_is_a_stage_feature(conn: psycopg.Connection, d
     second = second_model()
     fill_excerpts(database(db_url), second)
     with retriever_for(conn, second) as r:
-        with_it = r.retrieve("how thick is the fog", use_lexical=True, use_stage=True)
-        without = r.retrieve("how thick is the fog", use_lexical=True, use_stage=True, use_excerpt=False)
+        with_it = r.retrieve("how thick is the fog", route=Route(keyword=True, ranker="stage"))
+        without = r.retrieve("how thick is the fog", route=Route(keyword=True, ranker="stage", excerpt=False))
     assert [c.post_id for c in without.candidates] == [11, 21]
     assert [c.post_id for c in with_it.candidates] == [21, 11]
     assert with_it.stage_features[0]["excerpt_cosine"] == pytest.approx(math.cos(math.radians(5)), abs=1e-4)
@@ -190,7 +191,7 @@ def test_a_failing_second_model_or_column_falls_back_to_the_set_without_it(
         second.fail_with = ServiceUnavailableError("down", service="excerpt-embeddings")
     # "column": never filled
     with retriever_for(conn, second) as r:
-        result = r.retrieve("how thick is the fog", use_lexical=True, use_stage=True)
+        result = r.retrieve("how thick is the fog", route=Route(keyword=True, ranker="stage"))
     assert [c.post_id for c in result.candidates] == [11, 21]  # the answer still goes out
     assert [f["stage"] for f in result.trace.fallbacks] == ["excerpt"]
     stage = result.trace.get("stage")
@@ -203,7 +204,7 @@ def test_a_post_without_a_vector_counts_as_the_mean(conn: psycopg.Connection, db
     second = second_model()
     fill_excerpts(database(db_url), second, post_ids=[11])  # post 21 has no vector yet
     with retriever_for(conn, second) as r:
-        result = r.retrieve("how thick is the fog", use_lexical=True, use_stage=True)
+        result = r.retrieve("how thick is the fog", route=Route(keyword=True, ranker="stage"))
     by_id = {c.post_id: f for c, f in zip(result.candidates, result.stage_features, strict=True)}
     assert math.isnan(by_id[21]["excerpt_cosine"])
     assert not math.isnan(by_id[11]["excerpt_cosine"])

@@ -11,6 +11,7 @@ from worker.clients.tei import TeiReranker
 from worker.errors import IndexMismatchError
 from worker.retrieval.factory import build_retriever
 from worker.retrieval.recall import single_connection
+from worker.retrieval.route import Route
 from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration
@@ -31,14 +32,17 @@ def test_built_from_settings_and_runs(db_url: str) -> None:
         )
         with retriever:
             assert retriever.reranker is None  # no reranker URL configured
-            result = retriever.retrieve("shadowmapping bias?")
+            # Discourse search fused as a channel (the eval's route; the shipped one leaves it out)
+            result = retriever.retrieve("shadowmapping bias?", route=Route(lexical=False, keyword=True))
         # Term statistics come from the index: "bias" (1 post) is rarer than "shadowmapping" (3), although
         # shorter — without the statistics, the longer word would come first.
         assert retriever.terms.select("shadowmapping bias?") == ["bias", "shadowmapping"]
     # Post 3: 1/63 (vector rank 3) + 1/61 (keyword rank 1) beats post 1: 1/61 (vector rank 1 only).
     assert [s.post_id for s in result.sources] == [3, 1]
     assert result.grain == "post"
-    assert [f["reason"] for f in result.trace.fallbacks] == ["no reranker configured"]
+    # no stage weights for test-model, no reranker: the fused order is the path, not a fallback
+    assert result.trace.info["config"]["ranker"] == "fused"
+    assert result.trace.fallbacks == []
 
 
 def test_reranker_from_settings_and_model_check(db_url: str) -> None:

@@ -27,6 +27,7 @@ from worker.protocols import Embedder
 from worker.retrieval.keyword import PostgresTermStats, TermSelector
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.route import Route
 from worker.settings import RetrievalSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -130,7 +131,11 @@ def test_real_questions_find_their_topic(sample: dict[str, Any], conn: psycopg.C
     hits = 0
     with retriever(conn, sample["embedder"]) as r:
         for q in sample["questions"]:
-            result = r.retrieve(q["question"], exclude_post_ids=q["exclude_post_ids"], use_keyword=False)
+            result = r.retrieve(
+                q["question"],
+                exclude_post_ids=q["exclude_post_ids"],
+                route=Route(lexical=False, ranker="rerank"),
+            )
             assert len(result.candidates) == 25
             # One source per topic among the candidates, six at most.
             assert len(result.sources) == min(6, len({c.topic_id for c in result.candidates}))
@@ -153,7 +158,11 @@ def test_restricting_the_gold_category_hides_it_at_query_time(
     with retriever(conn, sample["embedder"]) as r:
         describe_category(conn, category, restricted=True)
         try:
-            result = r.retrieve(q["question"], exclude_post_ids=q["exclude_post_ids"], use_keyword=False)
+            result = r.retrieve(
+                q["question"],
+                exclude_post_ids=q["exclude_post_ids"],
+                route=Route(lexical=False, ranker="rerank"),
+            )
         finally:
             describe_category(conn, category)
     eligible = conn.execute(
@@ -190,6 +199,6 @@ def test_keyword_terms_come_from_the_forum_vocabulary(
 
     search = CannedSearch()  # Discourse finds nothing for any query: every shorter query is tried
     with retriever(conn, sample["embedder"], keyword=search, terms=selector) as r:
-        result = r.retrieve(q, use_rerank=False)
+        result = r.retrieve(q, route=Route(lexical=False, keyword=True, ranker="fused"))
     assert search.queries == queries
     assert result.grain == "post"

@@ -10,10 +10,12 @@ from pgvector.psycopg import register_vector
 
 from tests.worker.retrieval.doubles import angle_vector, describe_category, insert_post
 from worker.retrieval.lexical import (
+    WEIGHTS,
     LexemeStats,
     PostgresLexicalIndex,
     clean_question,
     is_code_or_log,
+    match_terms,
     tsquery_any,
 )
 from worker.retrieval.recall import single_connection
@@ -55,6 +57,16 @@ def test_tsquery_quotes_every_lexeme() -> None:
 def test_idf_orders_rare_above_common() -> None:
     stats = LexemeStats(total=100, counts={"rare": 1, "common": 60})
     assert stats.idf("rare") > stats.idf("common") > 0
+
+
+def test_match_terms_read_the_rarest_within_the_budget() -> None:
+    stats = LexemeStats(total=1000, counts={"rare": 5, "mid": 300, "common": 600})
+    terms = [("rare", 5.0), ("mid", 1.2), ("common", 0.5)]  # rarest first, as ``terms`` gives them
+    assert match_terms(terms, stats, posts=1000, budget=400) == ["rare", "mid"]
+    # the sample is a tenth of the index: ten times the postings
+    assert match_terms(terms, stats, posts=10_000, budget=400) == ["rare"]
+    assert match_terms(terms, stats, posts=1000, budget=1) == ["rare"]  # at least the rarest
+    assert match_terms(terms, None, posts=1000, budget=1) == ["rare", "mid", "common"]
 
 
 @pytest.fixture
@@ -113,3 +125,35 @@ def test_nothing_to_search_returns_nothing(conn: psycopg.Connection) -> None:
     fill(conn)
     index = PostgresLexicalIndex(single_connection(conn))
     assert index.search("Hello, thanks!", 10).candidates == ()
+
+
+REFERENCE_SQL = """
+SELECT p.post_id, sum(t.idf * ts_rank(%(weights)s::float4[], p.lexical, quote_literal(t.term)::tsquery, 1))
+FROM post_index p CROSS JOIN unnest(%(terms)s::text[], %(idf)s::float8[]) AS t(term, idf)
+WHERE p.lexical @@ quote_literal(t.term)::tsquery
+GROUP BY p.post_id
+"""
+
+
+@pytest.mark.integration
+def test_scores_are_the_sum_over_terms_and_the_budget_only_narrows_what_is_read(
+    conn: psycopg.Connection,
+) -> None:
+    fill(conn)
+    stats = LexemeStats(total=5, counts={"shadow": 3, "acn": 2, "depth": 1, "bias": 2, "light": 2})
+    whole = PostgresLexicalIndex(single_connection(conn), stats=lambda: stats)
+    result = whole.search("shadow acne depth bias", 10)
+    terms = dict(result.terms)
+    reference = {
+        int(r[0]): float(r[1])
+        for r in conn.execute(
+            REFERENCE_SQL, {"weights": WEIGHTS, "terms": list(terms), "idf": list(terms.values())}
+        )
+    }
+    assert {c.post_id: c.lexical for c in result.candidates} == pytest.approx(reference)
+    assert set(reference) == {1, 2, 3, 5}
+    # a budget of one posting reads the rarest term's posts ("depth": post 2) and scores them whole
+    narrow = PostgresLexicalIndex(single_connection(conn), stats=lambda: stats, budget=1)
+    only = narrow.search("shadow acne depth bias", 10).candidates
+    assert [c.post_id for c in only] == [2]
+    assert only[0].lexical == pytest.approx(reference[2])

@@ -24,6 +24,7 @@ from worker.generation.prompt import build_prompt
 from worker.retrieval.keyword import TermSelector
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.route import Route
 from worker.settings import RetrievalSettings
 from worker.testing.forum import FakeForum
 from worker.testing.models import FakeEmbedder, FakeReranker
@@ -72,7 +73,7 @@ def test_posts_pipeline_ranks_dedupes_and_numbers_sources(conn: psycopg.Connecti
     s = settings()
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), None, None, s) as retriever:
-        result = retriever.retrieve(QUESTION, use_keyword=False, use_rerank=False)
+        result = retriever.retrieve(QUESTION, route=Route(ranker="fused"))
     assert result.grain == "post"
     assert result.zone == "normal"
     assert not result.legacy
@@ -101,7 +102,7 @@ def test_keyword_hits_are_fused_given_their_indexed_text_and_dropped_when_not_in
     )
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
-        result = retriever.retrieve(QUESTION, use_rerank=False)
+        result = retriever.retrieve(QUESTION, route=Route(keyword=True, ranker="fused"))
     ids = [c.post_id for c in result.candidates]
     assert 99 in ids  # recalled by the keyword channel only
     assert 555 not in ids  # a keyword hit in a category restricted now is dropped
@@ -151,7 +152,7 @@ def test_no_answer_cites_a_source_below_the_floor_of_its_zone(conn: psycopg.Conn
     reranker = FakeReranker(score_fn=lambda _query, text: 2.0 if text.startswith("Topic 3\n") else -1.0)
     with Retriever(embedder, make_index(conn, s), None, reranker, s) as retriever:
         result = retriever.retrieve(QUESTION)
-        unranked = retriever.retrieve(QUESTION, use_rerank=False)
+        unranked = retriever.retrieve(QUESTION, route=Route(keyword=True, ranker="fused"))
     assert (result.zone, result.floor) == ("normal", 0.0)
     assert [src.topic_id for src in result.sources] == [3, 1, 2]  # the eval still sees every source
     prompt = build_prompt(QUESTION, result.sources, result.zone, floor=result.floor)
@@ -185,7 +186,7 @@ def test_legacy_when_the_posts_pipeline_is_off(conn: psycopg.Connection) -> None
     search = CannedSearch(default=[hit(41, 4), hit(42, 4), hit(21, 2)])
     forum = forum_of(2, 4)
     with Retriever(embedder, make_index(conn, s), search, None, s, topics=forum) as retriever:
-        result = retriever.retrieve(QUESTION, use_posts=False)
+        result = retriever.retrieve(QUESTION, route=Route(posts=False))
     assert result.legacy_reason == "posts pipeline off"
     assert result.grain == "topic"
     assert result.zone == "normal"
@@ -205,7 +206,7 @@ def test_legacy_abstains_when_no_hit_topic_has_an_answer(conn: psycopg.Connectio
     search = CannedSearch(default=[hit(41, 4), hit(21, 2)])
     forum = forum_of(2, 4, answered=False)
     with Retriever(embedder, make_index(conn, s), search, None, s, topics=forum) as retriever:
-        result = retriever.retrieve(QUESTION, use_posts=False)
+        result = retriever.retrieve(QUESTION, route=Route(posts=False))
     assert (result.zone, result.sources) == ("abstain", ())
     stage = next(st for st in result.trace.stages if st.name == "legacy_answers")
     assert stage.counts == {"topics": 2, "answered": 0, "unreadable": 0}
@@ -217,7 +218,7 @@ def test_legacy_without_a_topic_reader_never_cites_a_question(conn: psycopg.Conn
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     search = CannedSearch(default=[hit(41, 4), hit(22, 2, post_number=2)])
     with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
-        result = retriever.retrieve(QUESTION, use_posts=False)
+        result = retriever.retrieve(QUESTION, route=Route(posts=False))
     assert [src.post_id for src in result.sources] == [22]
 
 
@@ -235,7 +236,7 @@ def test_legacy_retries_when_no_hit_topic_can_be_read(conn: psycopg.Connection) 
 
     retriever = Retriever(embedder, make_index(conn, s), search, None, s, topics=DownForum())
     with retriever, pytest.raises(TransientError):
-        retriever.retrieve(QUESTION, use_posts=False)
+        retriever.retrieve(QUESTION, route=Route(posts=False))
 
 
 def test_legacy_keeps_only_hits_whose_topic_the_index_holds_as_citable(conn: psycopg.Connection) -> None:
@@ -247,7 +248,7 @@ def test_legacy_keeps_only_hits_whose_topic_the_index_holds_as_citable(conn: psy
     search = CannedSearch(default=[hit(91, 9), hit(41, 4), hit(77, 7), hit(21, 2)])
     forum = forum_of(9, 4, 7, 2)
     with Retriever(embedder, make_index(conn, s), search, None, s, topics=forum) as retriever:
-        result = retriever.retrieve(QUESTION, use_posts=False)
+        result = retriever.retrieve(QUESTION, route=Route(posts=False))
     assert [src.topic_id for src in result.sources] == [4, 2]
     assert sorted(forum.topic_reads) == [2, 4]  # the others are never read
     stage = next(st for st in result.trace.stages if st.name == "legacy_citable")
@@ -320,8 +321,8 @@ def test_neighbours_travel_as_context(conn: psycopg.Connection) -> None:
     s = settings()
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), None, None, s) as retriever:
-        plain = retriever.retrieve(QUESTION, use_keyword=False, use_rerank=False)
-        around = retriever.retrieve(QUESTION, use_keyword=False, use_rerank=False, neighbours=1)
+        plain = retriever.retrieve(QUESTION, route=Route(ranker="fused"))
+        around = retriever.retrieve(QUESTION, route=Route(ranker="fused", neighbours=1))
     # Every source here is its topic's question (post #1): without neighbours it still carries the
     # topic's best-ranked reply, the post that answers it (dedupe kept only the question).
     assert [src.context for src in plain.sources] == [
@@ -352,7 +353,7 @@ def test_keyword_runs_concurrently_with_embed_and_recall(conn: psycopg.Connectio
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)}, before=in_embed)
     search = CannedSearch(default=[hit(31, 3)], before=in_search)
     with Retriever(embedder, make_index(conn, s), search, None, s, terms=TermSelector(2)) as retriever:
-        result = retriever.retrieve(QUESTION, use_rerank=False)
+        result = retriever.retrieve(QUESTION, route=Route(keyword=True, ranker="fused"))
     assert waited == {"embed": True, "keyword": True}
     kw, embed, recall, fuse = (result.trace.get(n) for n in ("keyword", "embed", "recall", "fuse"))
     assert kw is not None
@@ -374,7 +375,7 @@ def test_keyword_failure_is_a_fallback_not_an_error(conn: psycopg.Connection) ->
     search.fail_with = ServiceUnavailableError("429", service="discourse")
     embedder = FakeEmbedder(model="test-model", table={QUESTION: angle_vector(0)})
     with Retriever(embedder, make_index(conn, s), search, None, s) as retriever:
-        result = retriever.retrieve(QUESTION, use_rerank=False)
+        result = retriever.retrieve(QUESTION, route=Route(keyword=True, ranker="fused"))
     assert result.grain == "post"
     assert [src.post_id for src in result.sources] == [11, 21, 31]
     assert [f["stage"] for f in result.trace.fallbacks] == ["keyword"]

@@ -19,6 +19,7 @@ from worker.errors import ConfigError
 from worker.retrieval.lexical import PostgresLexicalIndex
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.route import Route
 from worker.retrieval.stage import (
     FEATURES,
     QUESTION_FEATURES,
@@ -145,16 +146,18 @@ def test_retrieve_with_the_second_stage_fuses_both_channels_and_sets_the_zone(
     lexical = PostgresLexicalIndex(connections)
     with Retriever(embedder, index, None, None, s, lexical=lexical) as retriever:
         with pytest.raises(ConfigError, match="fit-stage"):
-            retriever.retrieve(question, use_lexical=True, use_stage=True)  # no weights for test-model
+            retriever.retrieve(
+                question, route=Route(keyword=True, ranker="stage")
+            )  # no weights for test-model
         retriever.use_stage_model(model(lexical=5.0, cosine=1.0, first_post=-1.0))
-        result = retriever.retrieve(question, use_lexical=True, use_stage=True)
-        plain = retriever.retrieve(question, use_keyword=False, use_rerank=False)
+        result = retriever.retrieve(question, route=Route(keyword=True, ranker="stage"))
+        plain = retriever.retrieve(question, route=Route(lexical=False, ranker="fused"))
     assert [c.post_id for c in result.candidates] == [3, 2, 1]
     top = result.candidates[0]
     assert top.cosine == pytest.approx(np.cos(np.radians(80)), abs=1e-3)  # filled in by the stage
     assert top.stage is not None
     assert result.zone in ("abstain", "weak", "normal")
-    assert result.trace.info["config"]["stage"] is True
+    assert result.trace.info["config"]["ranker"] == "stage"
     assert [c.post_id for c in plain.candidates] == [1, 2]  # today's shape: cosine alone here
 
 
@@ -176,7 +179,7 @@ def test_the_abstention_score_sets_the_abstain_zone_and_the_top_post_score_the_r
         for name, bias in (("doubt", -5.0), ("answerable", 5.0)):
             abstention = Linear(QUESTION_FEATURES, (0.0,) * d, (0.0,) * d, (1.0,) * d, bias)
             retriever.use_stage_model(replace(sure, abstention=abstention, abstain_below=0.0))
-            result = retriever.retrieve(question, use_lexical=True, use_stage=True)
+            result = retriever.retrieve(question, route=Route(keyword=True, ranker="stage"))
             stage = result.trace.get("stage")
             assert stage is not None
             zones[name] = (result.zone, stage.info["answerable"])

@@ -12,6 +12,7 @@ from tests.worker.retrieval.doubles import angle_vector, describe_category, inse
 from worker.retrieval.lexical import PostgresLexicalIndex
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.route import Route
 from worker.retrieval.stage import FEATURES, StageModel
 from worker.retrieval.threads import PostFacts, PostgresThreadIndex
 from worker.settings import RetrievalSettings
@@ -104,7 +105,7 @@ def test_the_stage_cites_a_topics_answer_the_channels_did_not_find(conn: psycopg
         ) as retriever:
             retriever.use_stage_model(model)
             found[name] = retriever.retrieve(
-                question, use_lexical=True, use_stage=True, exclude_post_ids=[75]
+                question, route=Route(keyword=True, ranker="stage"), exclude_post_ids=[75]
             )
     whole = found["whole topics"]
     assert whole.sources[0].post_number == 3
