@@ -1,0 +1,346 @@
+"""Extra readings of a question: the same words with what a reader undoes at a glance undone.
+
+:func:`gate.normalize.normalize` gives the one canonical form every rule reads (zero-width characters
+and bidi controls removed, letters spelt apart re-joined, leetspeak mapped...). Some tricks cannot be
+undone in that one form without changing ordinary questions, so they are read *beside* it: each
+reading below is judged like the question itself (:meth:`gate.Gate.check`), and a hit on any reading
+decides. A reading is made only when its trick is there, so an ordinary question has none or one:
+
+- ``entities``: HTML character references decoded (``&#98;&#111;`` or ``&lt;``);
+- ``bidi``: the characters after a right-to-left override (U+202E) reversed, as they are displayed;
+- ``upside-down``: letters turned upside down (``ʍoɥ``) turned back, the text read from its end;
+- ``symbols``: symbols and emoji between letters dropped (``b💣o💣m💣b``, ``b♥o♥m♥b``), and single
+  letters joined by one repeated mark the normaliser does not take (``b/o/m/b``, ``b+o+m+b``);
+- ``reversed`` / ``reversed-words``: the text, or each word, read backwards, when that holds more
+  common English or French words than the text as written;
+- ``rot13``: the letters rotated by 13, on the same evidence;
+- ``comments``: the text of code and HTML comments on its own (``<!-- -->``, ``/* */``, ``// ...``,
+  ``# ...``), so that a request in a comment is not excused by the code around it;
+- ``clauses``: a two-step or "in theory" ask cut at its steps (``then``, ``ensuite``, ``step 2``,
+  ``in theory``...), each step a sentence of its own, so that an excuse in one step does not clear
+  the other;
+- ``phonetic``: French written as it sounds mapped to its spelling (``comen`` → ``comment``,
+  ``sa`` → ``ça``, ``ke`` → ``que``, ``jveux`` → ``je veux``), applied to the question and to its
+  comments.
+
+Bounded: at most :data:`MAX_READINGS` readings, each about the length of the question; every
+pattern here is linear (no nested quantifiers over the same characters) or a ``str.find`` loop.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import codecs
+import html
+import re
+import unicodedata
+
+from gate.language import detect_language
+
+MAX_READINGS = 8
+
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[a-zA-Z][a-zA-Z0-9]{1,31});?")
+_RLO = "\u202e"
+# What closes an override's span: pop directional formatting, pop isolate, another override, a line.
+_RLO_END = re.compile("[\u202c\u2069\u202d\n]")
+
+_FLIPPED = {
+    "ɐ": "a",
+    "ɔ": "c",
+    "ǝ": "e",
+    "ə": "e",
+    "ɟ": "f",
+    "ƃ": "g",
+    "ɓ": "g",
+    "ɥ": "h",
+    "ᴉ": "i",
+    "ı": "i",
+    "ɾ": "j",
+    "ʞ": "k",
+    "ʃ": "l",
+    "ɯ": "m",
+    "ɹ": "r",
+    "ʇ": "t",
+    "ʌ": "v",
+    "ʍ": "w",
+    "ʎ": "y",
+    "¿": "?",
+    "¡": "!",
+    "˙": ".",
+    "⅋": "&",
+    "„": '"',
+    "Ɐ": "a",
+    "Ɔ": "c",
+    "Ǝ": "e",
+    "Ⅎ": "f",
+    "⅁": "g",
+    "Ɥ": "h",
+    "ſ": "j",
+    "Ʞ": "k",
+    "˥": "l",
+    "Ԁ": "p",
+    "Ꝺ": "d",
+    "ᴚ": "r",
+    "⊥": "t",
+    "∩": "u",
+    "Λ": "v",
+    "M": "w",
+    "⅄": "y",
+}
+# The letters that only flipped text uses (the evidence), and the plain letters a flip swaps.
+_FLIP_ONLY = frozenset("ɐɔǝəɟƃɓɥᴉɾʞʃɯɹʇʌʍʎⱯƆƎℲ⅁ꞍꞰ˥Ԁᴚ⊥∩⅄")
+_FLIP_TABLE = str.maketrans({**_FLIPPED, "b": "q", "q": "b", "d": "p", "p": "d", "n": "u", "u": "n"})
+
+# Marks the normaliser does not take as letter separators (it joins letters split by spaces, dots,
+# dashes, underscores and asterisks): one of them repeated between single letters, three at least.
+_MARKED = re.compile(
+    r"(?<![^\W\d_])[^\W\d_](?P<m>[/+~^=:,;|\\#'\"`<>])[^\W\d_](?:(?P=m)[^\W\d_])+(?![^\W\d_])"
+)
+_MARKS = re.compile(r"[/+~^=:,;|\\#'\"`<>]")
+
+# Common words of both languages that are not palindromes ("a", "non", "elle" read the same both ways).
+_COMMON_WORDS = (
+    "the to how do can what is are you i'm my me of in for and with make get who where why this that "
+    "it's would could should does tell give need want someone your his her there they them know "
+    "comment faire est les des une pour que qui quoi avec dans pas mon ton son mes tes ses je tu "
+    "il on nous vous ils pourquoi quel quelle peut veux fabriquer"
+)
+_COMMON = frozenset(_COMMON_WORDS.split())
+_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+
+# Comments: a line comment starts at "//" (not a URL's "://") or at a "#" that opens the line or
+# follows a space, and a space follows it ("#include", "C#" and "#42" are not comments).
+_LINE_COMMENT = re.compile(r"(?<![:/])//+(?P<c>[^\n]*)|(?:^|(?<=\s))#+[ \t]+(?P<h>[^\n]*)", re.MULTILINE)
+_BLOCKS = (("<!--", "-->"), ("/*", "*/"))
+
+# Where a two-step or hedged ask has its steps: the marker becomes a sentence break.
+_STEPS = re.compile(
+    r"(?i)(?:,\s*|\b)(?:and then|then|after that|afterwards|next|second(?:ly)?|step (?:2|two|3|three)|"
+    r"part (?:2|two)|and also|also|in theory|theoretically|hypothetically|in principle|"
+    r"purely (?:academically|hypothetically)|just (?:curious|wondering)|"
+    r"et ensuite|ensuite|et puis|puis|apr[eè]s [cç]a|deuxi[eè]mement|deuxi[eè]me question|"
+    r"[ée]tape (?:2|deux|3|trois)|et aussi|en th[ée]orie|th[ée]oriquement|hypoth[ée]tiquement|"
+    r"par curiosit[ée]|juste par curiosit[ée])\b[,:]?"
+    r"|,\s*(?:and|et)\s+(?=(?:how|what|where|which|who|can|could|would|tell|explain|give|list|describe|"
+    r"comment|quel|quelle|quels|o[uù]|combien|explique|dis|donne)\b)"
+)
+
+# French written as it sounds: a word as typed -> its spelling (the words after folding the case).
+_PHONETIC = {
+    "comen": "comment",
+    "coment": "comment",
+    "commen": "comment",
+    "comman": "comment",
+    "koman": "comment",
+    "komen": "comment",
+    "komment": "comment",
+    "kom": "comme",
+    "sa": "ça",
+    "ke": "que",
+    "k": "que",
+    "kel": "quel",
+    "kelle": "quelle",
+    "kels": "quels",
+    "koi": "quoi",
+    "kwa": "quoi",
+    "ki": "qui",
+    "kan": "quand",
+    "kand": "quand",
+    "pk": "pourquoi",
+    "pq": "pourquoi",
+    "pkoi": "pourquoi",
+    "pourkoi": "pourquoi",
+    "jveux": "je veux",
+    "jveu": "je veux",
+    "jpeux": "je peux",
+    "jpeu": "je peux",
+    "jsais": "je sais",
+    "jsp": "je sais pas",
+    "jvais": "je vais",
+    "jfais": "je fais",
+    "chui": "je suis",
+    "chuis": "je suis",
+    "jsuis": "je suis",
+    "jai": "j'ai",
+    "g": "j'ai",
+    "c": "c'est",
+    "cé": "c'est",
+    "sé": "c'est",
+    "ct": "c'était",
+    "fo": "faut",
+    "fau": "faut",
+    "fodrait": "faudrait",
+    "faudré": "faudrait",
+    "fer": "faire",
+    "fair": "faire",
+    "fé": "fait",
+    "mé": "mais",
+    "é": "et",
+    "pa": "pas",
+    "ya": "il y a",
+    "qqn": "quelqu'un",
+    "qqun": "quelqu'un",
+    "kelkun": "quelqu'un",
+    "kelk1": "quelqu'un",
+    "qq": "quelques",
+    "bcp": "beaucoup",
+    "dc": "donc",
+    "ds": "dans",
+    "pr": "pour",
+    "tt": "tout",
+    "mm": "même",
+    "oci": "aussi",
+    "osi": "aussi",
+    "vrmt": "vraiment",
+    "stp": "s'il te plaît",
+    "svp": "s'il vous plaît",
+    "tkt": "t'inquiète",
+    "mtn": "maintenant",
+    "jcherche": "je cherche",
+    "mtuer": "me tuer",
+}
+# Spellings no English word has: one of them marks a question as French written as it sounds.
+_NOT_MARKS = {"k", "g", "c", "sa", "pa", "pr", "tt", "ds", "mm", "fer", "fair", "kom", "kan", "ya", "ke"}
+_FRENCH_SPELLING = frozenset(_PHONETIC) - _NOT_MARKS - {"ki", "fo", "dc", "qq"}
+_PHONETIC_WORD = re.compile(r"[^\W\d_]+")
+# A word spelt with "k" for "qu" ("fabrik", "fabriké", "explik", "kestion"), or "j" glued to a verb.
+_K_END = re.compile(r"^(?P<stem>[^\W\d_]{3,})ik(?P<end>é|er|e|es|ent)?$")
+_K_START = re.compile(r"^k(?=[aeiouyéè][^\W\d_]{2,}$)")
+_J_VERB = re.compile(r"^j(?=[bcdfgklmnpqrstvz][^\W\d_]{2,}$)")
+
+
+def readings(text: str) -> list[tuple[str, str]]:
+    """The extra readings of ``text`` (name, text), in the order above, at most ``MAX_READINGS``;
+    none for an ordinary question."""
+    out: list[tuple[str, str]] = []
+    seen = {text}
+
+    def add(name: str, reading: str | None) -> None:
+        if reading is not None and reading not in seen and len(out) < MAX_READINGS:
+            seen.add(reading)
+            out.append((name, reading))
+
+    add("entities", _entities(text))
+    add("bidi", _bidi(text))
+    add("upside-down", _upside_down(text))
+    add("symbols", _symbols(text))
+    add("reversed", _if_more_words(text[::-1], text))
+    add("reversed-words", _if_more_words(_reverse_words(text), text))
+    add("rot13", _if_more_words(codecs.encode(text, "rot13"), text))
+    comments = _comments(text)
+    add("comments", comments)
+    add("clauses", _clauses(text))
+    add("phonetic", _phonetic(text))
+    if comments is not None:
+        add("phonetic", _phonetic(comments))
+    return out
+
+
+def _entities(text: str) -> str | None:
+    if "&" not in text or _ENTITY.search(text) is None:
+        return None
+    return html.unescape(text)
+
+
+def _bidi(text: str) -> str | None:
+    if _RLO not in text:
+        return None
+    parts: list[str] = []
+    at = 0
+    while (start := text.find(_RLO, at)) != -1:
+        parts.append(text[at:start])
+        end_match = _RLO_END.search(text, start + 1)
+        end = len(text) if end_match is None else end_match.start()
+        parts.append(text[start + 1 : end][::-1])
+        at = end + 1 if text[end : end + 1] in ("\u202c", "\u2069") else end
+    parts.append(text[at:])
+    return "".join(parts)
+
+
+def _upside_down(text: str) -> str | None:
+    if sum(char in _FLIP_ONLY for char in text) < 2:
+        return None
+    return text.translate(_FLIP_TABLE)[::-1]
+
+
+def _symbols(text: str) -> str | None:
+    changed = text
+    if not text.isascii():
+        kept = [c for c in text if not _is_symbol(c)]
+        if len(kept) != len(text):
+            changed = "".join(kept)
+    if _MARKS.search(changed) is not None:
+        changed = _MARKED.sub(lambda m: _MARKS.sub("", m.group()), changed)
+    return changed if changed != text else None
+
+
+def _is_symbol(char: str) -> bool:
+    """Emoji, pictographs and other symbols, variation selectors and skin tones: never letters."""
+    category = unicodedata.category(char)
+    return category in {"So", "Sk", "Co", "Cs"} or (category == "Mn" and "\ufe00" <= char <= "\ufe0f")
+
+
+def _common_words(text: str) -> int:
+    return sum(word in _COMMON for word in _WORD.findall(text.lower()))
+
+
+def _if_more_words(candidate: str, text: str) -> str | None:
+    """``candidate`` when it holds two common words at least and more than ``text`` does."""
+    found = _common_words(candidate)
+    return candidate if found >= 2 and found > _common_words(text) else None
+
+
+def _reverse_words(text: str) -> str:
+    return _PHONETIC_WORD.sub(lambda m: m.group()[::-1], text)
+
+
+def _comments(text: str) -> str | None:
+    found: list[str] = []
+    for opening, closing in _BLOCKS:
+        at = 0
+        while (start := text.find(opening, at)) != -1:
+            end = text.find(closing, start + len(opening))
+            stop = len(text) if end == -1 else end
+            found.append(text[start + len(opening) : stop])
+            at = stop + len(closing)
+    if "/" in text or "#" in text:
+        for match in _LINE_COMMENT.finditer(text):
+            found.append(match.group("c") if match.group("c") is not None else match.group("h"))
+    kept = [" ".join(c.replace("*", " ").split()) for c in found]
+    kept = [c for c in kept if c]
+    return ". ".join(kept) if kept else None
+
+
+def _clauses(text: str) -> str | None:
+    if _STEPS.search(text) is None:
+        return None
+    return _STEPS.sub(".", text)
+
+
+def _phonetic(text: str) -> str | None:
+    """The French words spelt out, for a question that reads as French (English words such as
+    "keeps" or "ke" are left alone)."""
+    lower = text.lower()
+    if detect_language(lower) != "fr" and _FRENCH_SPELLING.isdisjoint(_PHONETIC_WORD.findall(lower)):
+        return None
+    changed = False
+
+    def spell(match: re.Match[str]) -> str:
+        nonlocal changed
+        word = match.group()
+        low = word.lower()
+        spelt = _PHONETIC.get(low)
+        if spelt is None:
+            spelt = _K_END.sub(lambda m: m.group("stem") + _K_ENDS.get(m.group("end") or "", "ique"), low)
+            spelt = _K_START.sub("qu", spelt)
+            spelt = _J_VERB.sub("je ", spelt)
+        if spelt != low:
+            changed = True
+            return spelt
+        return word
+
+    spelt_text = _PHONETIC_WORD.sub(spell, text)
+    return spelt_text if changed else None
+
+
+_K_ENDS = {"": "ique", "e": "ique", "es": "iques", "ent": "iquent", "é": "iquer", "er": "iquer"}

@@ -1,0 +1,80 @@
+"""Help-seeking in a crisis: the questions that get the support reply instead of a refusal.
+
+A person who says they want to die and asks where to talk to someone is asking for help, not for a
+method: the gate answers them with the ``support`` reply (the helplines first, no "I can't help").
+:func:`seeks_support` reads the normalised question (:func:`gate.normalize.normalize`; the patterns
+are folded the same way) and holds when it
+
+- asks for someone or somewhere to turn to (who can I talk to, a helpline, "à qui parler",
+  "besoin d'aide"...),
+- is in crisis (a ``self_harm`` hit, or the words of one: suicide, wanting to die, hurting oneself),
+- and asks for no method, amount or way of hiding it (those keep the ``self_harm`` refusal, whose
+  reply carries the same helplines).
+"""
+
+from __future__ import annotations
+
+import re
+
+from gate.normalize import fold_pattern
+
+SUPPORT = "support"
+"""The rule id, category, reply table and ``GateDecision.kind`` of a support decision."""
+
+
+def _joined(*patterns: str) -> str:
+    """The patterns as one alternation, folded like the text they read."""
+    return "|".join(f"(?:{fold_pattern(p)})" for p in patterns)
+
+
+_HELP = re.compile(
+    _joined(
+        r"\b(?:who|where|someone|somebody|anyone|anybody|a person|people)\b[^.!?]{0,40}"
+        r"\b(?:talk|speak|turn|reach out|call|text|confide)\b",
+        r"\b(?:hotline|helpline|help line|crisis line|crisis text|suicide line|lifeline|samaritans|988|"
+        r"therapist|counsellor|counselor|counselling|counseling)\b",
+        r"\b(?:need|needs|get|find|ask for|seek|looking for)\b (?:some |real |professional )?help\b",
+        r"\bwhere (?:can|do|should|could) (?:i|we|he|she|they) (?:go|turn)\b",
+        r"\ba qui\b[^.!?]{0,40}\b(?:parler|adresser|confier|tourner|appeler|ecrire)\b",
+        r"\b(?:parler|en parler|me confier|appeler|contacter)\b[^.!?]{0,20}"
+        r"\b(?:quelqu'un|quelquun|qqn|une personne|un pro\w*|un psy\w*|un medecin)\b",
+        r"\b(?:numero|ligne) (?:d'ecoute|d'aide|d'urgence|a appeler|pour parler)\b|\b(?:ligne d'ecoute|3114|"
+        r"sos amitie|suicide ecoute|psychologue|psy)\b",
+        r"\bbesoin (?:d'aide|de parler|d'en parler|de quelqu'un)\b",
+        r"\b(?:trouver|obtenir|demander) de l'aide\b",
+        r"\bqui (?:peut|pourrait) m'aider\b|\bou (?:trouver|chercher) de l'aide\b",
+    )
+)
+_CRISIS = re.compile(
+    _joined(
+        r"\b(?:suicid\w*|kill(?:ing)? (?:my ?self)|end(?:ing)? (?:my life|it all)|want(?:ed)? to die|"
+        r"wish i (?:was|were) dead|(?:hurt|hurting|harm|harming|cut|cutting) my ?self|self[- ]?harm\w*|"
+        r"don'?t want to (?:live|be alive|exist))\b",
+        r"\b(?:me tuer|me suicider|suicidaire|en finir|envie de mourir|veux mourir|me faire du mal|"
+        r"me scarifier|scarif\w*|plus envie de vivre|idees noires|me faire disparaitre)\b",
+    )
+)
+_METHOD = re.compile(
+    _joined(
+        r"\b(?:how (?:many|much)|what dose|which (?:pills|drugs|medication|meds)|dose|dosage|overdose|od|"
+        r"lethal|fatal|painless\w*|quickest|fastest|easiest|surest|best way|least painful|method\w*|"
+        r"rope|noose|hang|hanging|bridge|jump|pills|meds|medication|bleach|razor|blade|hide|conceal|"
+        r"cover up)\b",
+        r"\b(?:how (?:do|can|could|would|should) i|how to|way to|ways to)\b (?:kill|end|hurt|cut|die|harm)\b",
+        r"\b(?:combien|quelle dose|dose|sans douleur|sans souffrir|methode\w*|moyen de|comment (?:me tuer|"
+        r"mourir|en finir|me suicider|me pendre|me couper)|cachets|medicaments|pendre|pendaison|corde|"
+        r"sauter|pont|lame|rasoir|cacher|dissimuler)\b",
+    )
+)
+
+
+def seeks_support(normalized: str, *, in_crisis: bool) -> bool:
+    """Whether the normalised question asks where to find help in a crisis, and for no method.
+
+    ``in_crisis``: a layer already read the question as self-harm (its crisis words are then not
+    needed)."""
+    if _HELP.search(normalized) is None:
+        return False
+    if not in_crisis and _CRISIS.search(normalized) is None:
+        return False
+    return _METHOD.search(normalized) is None
