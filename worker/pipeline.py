@@ -252,7 +252,12 @@ class AnswerPipeline:
                 "generated",
                 reply_raw=canned_text(refusal),
                 rule_id=refusal.rule_id,
-                trace=self._trace_dict(trace, kind="canned", category=refusal.category),
+                # A support reply (someone in crisis asking where to find help) is not a refusal.
+                trace=self._trace_dict(
+                    trace,
+                    kind="support" if refusal.kind == "support" else "canned",
+                    category=refusal.category,
+                ),
             )
             return self._post(conn, post_id, resumed=False)
 
@@ -744,6 +749,8 @@ def _final_state(row: answers.Answer) -> answers.AnswerState:
         return "failed"  # its reason says why (a failure's, not a refusal's)
     if row.reason or (row.rule_id or "").startswith(RULE_PREFIX):
         return "denied"  # a refusal notice (``_decline``)
+    if isinstance(row.trace, dict) and row.trace.get("kind") == "support":
+        return "posted"  # the support reply answers the question (rule_id "support" says which reply)
     if row.rule_id:
         return "refused"
     return "abstained" if row.zone == "abstain" else "posted"
