@@ -23,7 +23,7 @@ decides. A reading is made only when its trick is there, so an ordinary question
   ``sa`` → ``ça``, ``ke`` → ``que``, ``jveux`` → ``je veux``), applied to the question and to its
   comments.
 
-Bounded: at most :data:`MAX_READINGS` readings, each about the length of the question; every
+Bounded: at most :data:`MAX_READINGS` readings of the first :data:`READ_CHARS` characters; every
 pattern here is linear (no nested quantifiers over the same characters) or a ``str.find`` loop.
 Stdlib only.
 """
@@ -35,9 +35,12 @@ import html
 import re
 import unicodedata
 
-from gate.language import detect_language
+from gate.language import language_of
 
 MAX_READINGS = 8
+READ_CHARS = 2000
+"""Readings are made from the question's first ``READ_CHARS`` characters (the question as written is
+judged up to the gate's ``max_chars``): a request hidden by a trick sits where the question is."""
 
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[a-zA-Z][a-zA-Z0-9]{1,31});?")
 _RLO = "\u202e"
@@ -89,6 +92,7 @@ _FLIPPED = {
 }
 # The letters that only flipped text uses (the evidence), and the plain letters a flip swaps.
 _FLIP_ONLY = frozenset("ɐɔǝəɟƃɓɥᴉɾʞʃɯɹʇʌʍʎⱯƆƎℲ⅁ꞍꞰ˥Ԁᴚ⊥∩⅄")
+_FLIP_CHARS = re.compile("[" + "".join(sorted(_FLIP_ONLY)) + "]")
 _FLIP_TABLE = str.maketrans({**_FLIPPED, "b": "q", "q": "b", "d": "p", "p": "d", "n": "u", "u": "n"})
 
 # Marks the normaliser does not take as letter separators (it joins letters split by spaces, dots,
@@ -96,6 +100,12 @@ _FLIP_TABLE = str.maketrans({**_FLIPPED, "b": "q", "q": "b", "d": "p", "p": "d",
 _MARKED = re.compile(
     r"(?<![^\W\d_])[^\W\d_](?P<m>[/+~^=:,;|\\#'\"`<>])[^\W\d_](?:(?P=m)[^\W\d_])+(?![^\W\d_])"
 )
+# Where a symbol may be (a quick test before the per-character look-up): Latin-1 signs, the symbol
+# and arrow blocks, dingbats, variation selectors, private use, emoji and pictographs.
+_SYMBOL = re.compile(
+    "[\u00a6-\u00b4\u00b8\u02c2-\u02ff\u2100-\u2bff\u3200-\u33ff\ue000-\uf8ff\ufe00-\ufe0f\U0001f000-\U0001faff]"
+)
+_MARKED_HINT = re.compile(r"(?P<m>[/+~^=:,;|\\#'\"`<>])[^\W\d_](?P=m)")
 _MARKS = re.compile(r"[/+~^=:,;|\\#'\"`<>]")
 
 # Common words of both languages that are not palindromes ("a", "non", "elle" read the same both ways).
@@ -106,11 +116,15 @@ _COMMON_WORDS = (
     "il on nous vous ils pourquoi quel quelle peut veux fabriquer"
 )
 _COMMON = frozenset(_COMMON_WORDS.split())
+_COMMON_REVERSED = frozenset(word[::-1] for word in _COMMON)
+_COMMON_ROT13 = frozenset(codecs.encode(word, "rot13") for word in _COMMON)
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 
 # Comments: a line comment starts at "//" (not a URL's "://") or at a "#" that opens the line or
 # follows a space, and a space follows it ("#include", "C#" and "#42" are not comments).
-_LINE_COMMENT = re.compile(r"(?<![:/])//+(?P<c>[^\n]*)|(?:^|(?<=\s))#+[ \t]+(?P<h>[^\n]*)", re.MULTILINE)
+# (Each starts on its literal, a character the engine skips to; what precedes it is checked after.)
+_SLASH_COMMENT = re.compile(r"//+([^\n]*)")
+_HASH_COMMENT = re.compile(r"#+[ \t]+([^\n]*)")
 _BLOCKS = (("<!--", "-->"), ("/*", "*/"))
 
 # Where a two-step or hedged ask has its steps: the marker becomes a sentence break.
@@ -124,6 +138,15 @@ _STEPS = re.compile(
     r"|,\s*(?:and|et)\s+(?=(?:how|what|where|which|who|can|could|would|tell|explain|give|list|describe|"
     r"comment|quel|quelle|quels|o[uù]|combien|explique|dis|donne)\b)"
 )
+
+# A word each marker of ``_STEPS`` holds (the ", and how" form aside).
+_STEP_WORDS_TEXT = (
+    "then after afterwards next second secondly step part also theory theoretically hypothetically "
+    "principle purely just ensuite puis après apres deuxièmement deuxiemement deuxième deuxieme étape "
+    "etape aussi théorie theorie théoriquement theoriquement hypothétiquement hypothetiquement "
+    "curiosité curiosite"
+)
+_STEP_WORDS = frozenset(_STEP_WORDS_TEXT.split())
 
 # French written as it sounds: a word as typed -> its spelling (the words after folding the case).
 _PHONETIC = {
@@ -206,12 +229,15 @@ _PHONETIC_WORD = re.compile(r"[^\W\d_]+")
 # A word spelt with "k" for "qu" ("fabrik", "fabriké", "explik", "kestion"), or "j" glued to a verb.
 _K_END = re.compile(r"^(?P<stem>[^\W\d_]{3,})ik(?P<end>é|er|e|es|ent)?$")
 _K_START = re.compile(r"^k(?=[aeiouyéè][^\W\d_]{2,}$)")
+# A word one of the spelling rules below may change (a quick test).
+_SOUNDS = re.compile(r"k|j[bcdfgklmnpqrstvz]|[^\W\d_]{3,}ik")
 _J_VERB = re.compile(r"^j(?=[bcdfgklmnpqrstvz][^\W\d_]{2,}$)")
 
 
 def readings(text: str) -> list[tuple[str, str]]:
-    """The extra readings of ``text`` (name, text), in the order above, at most ``MAX_READINGS``;
-    none for an ordinary question."""
+    """The extra readings of ``text``'s first ``READ_CHARS`` characters (name, text), in the order
+    above, at most ``MAX_READINGS``; none for most questions."""
+    text = text[:READ_CHARS]
     out: list[tuple[str, str]] = []
     seen = {text}
 
@@ -224,13 +250,17 @@ def readings(text: str) -> list[tuple[str, str]]:
     add("bidi", _bidi(text))
     add("upside-down", _upside_down(text))
     add("symbols", _symbols(text))
-    add("reversed", _if_more_words(text[::-1], text))
-    add("reversed-words", _if_more_words(_reverse_words(text), text))
-    add("rot13", _if_more_words(codecs.encode(text, "rot13"), text))
+    words = _WORD.findall(text.lower())
+    forwards = sum(word in _COMMON for word in words)
+    if _more(words, _COMMON_REVERSED, forwards):
+        add("reversed", text[::-1])
+        add("reversed-words", _reverse_words(text))
+    if _more(words, _COMMON_ROT13, forwards):
+        add("rot13", codecs.encode(text, "rot13"))
     comments = _comments(text)
     add("comments", comments)
-    add("clauses", _clauses(text))
-    add("phonetic", _phonetic(text))
+    add("clauses", _clauses(text, words))
+    add("phonetic", _phonetic(text, set(words)))
     if comments is not None:
         add("phonetic", _phonetic(comments))
     return out
@@ -258,18 +288,16 @@ def _bidi(text: str) -> str | None:
 
 
 def _upside_down(text: str) -> str | None:
-    if sum(char in _FLIP_ONLY for char in text) < 2:
+    if text.isascii() or len(_FLIP_CHARS.findall(text)) < 2:
         return None
     return text.translate(_FLIP_TABLE)[::-1]
 
 
 def _symbols(text: str) -> str | None:
     changed = text
-    if not text.isascii():
-        kept = [c for c in text if not _is_symbol(c)]
-        if len(kept) != len(text):
-            changed = "".join(kept)
-    if _MARKS.search(changed) is not None:
+    if not text.isascii() and _SYMBOL.search(text) is not None:
+        changed = "".join(c for c in text if not _is_symbol(c))
+    if _MARKED_HINT.search(changed) is not None:
         changed = _MARKED.sub(lambda m: _MARKS.sub("", m.group()), changed)
     return changed if changed != text else None
 
@@ -280,14 +308,11 @@ def _is_symbol(char: str) -> bool:
     return category in {"So", "Sk", "Co", "Cs"} or (category == "Mn" and "\ufe00" <= char <= "\ufe0f")
 
 
-def _common_words(text: str) -> int:
-    return sum(word in _COMMON for word in _WORD.findall(text.lower()))
-
-
-def _if_more_words(candidate: str, text: str) -> str | None:
-    """``candidate`` when it holds two common words at least and more than ``text`` does."""
-    found = _common_words(candidate)
-    return candidate if found >= 2 and found > _common_words(text) else None
+def _more(words: list[str], common: frozenset[str], forwards: int) -> bool:
+    """Whether the words, transformed, hold two common words at least and more than as written
+    (``common``: the common words transformed back, so the text itself is never transformed)."""
+    found = sum(word in common for word in words)
+    return found >= 2 and found > forwards
 
 
 def _reverse_words(text: str) -> str:
@@ -303,25 +328,35 @@ def _comments(text: str) -> str | None:
             stop = len(text) if end == -1 else end
             found.append(text[start + len(opening) : stop])
             at = stop + len(closing)
-    if "/" in text or "#" in text:
-        for match in _LINE_COMMENT.finditer(text):
-            found.append(match.group("c") if match.group("c") is not None else match.group("h"))
+    if "//" in text:
+        for match in _SLASH_COMMENT.finditer(text):
+            if text[match.start() - 1 : match.start()] not in (":", "/"):
+                found.append(match.group(1))
+    if "#" in text:
+        for match in _HASH_COMMENT.finditer(text):
+            if match.start() == 0 or text[match.start() - 1].isspace():
+                found.append(match.group(1))
     kept = [" ".join(c.replace("*", " ").split()) for c in found]
     kept = [c for c in kept if c]
     return ". ".join(kept) if kept else None
 
 
-def _clauses(text: str) -> str | None:
+def _clauses(text: str, words: list[str]) -> str | None:
+    if _STEP_WORDS.isdisjoint(words) and not (", and " in text or ", et " in text or ",and " in text):
+        return None  # no marker can match (a quick test before the scan)
     if _STEPS.search(text) is None:
         return None
     return _STEPS.sub(".", text)
 
 
-def _phonetic(text: str) -> str | None:
+def _phonetic(text: str, words: set[str] | None = None) -> str | None:
     """The French words spelt out, for a question that reads as French (English words such as
-    "keeps" or "ke" are left alone)."""
-    lower = text.lower()
-    if detect_language(lower) != "fr" and _FRENCH_SPELLING.isdisjoint(_PHONETIC_WORD.findall(lower)):
+    "keeps" or "ke" are left alone). ``words``: the lowercase words of ``text`` when known."""
+    if words is None:
+        words = set(_WORD.findall(text.lower()))
+    if words.isdisjoint(_PHONETIC) and not any(_SOUNDS.match(word) for word in words):
+        return None
+    if _FRENCH_SPELLING.isdisjoint(words) and language_of(words, text) != "fr":
         return None
     changed = False
 
