@@ -80,10 +80,11 @@ class GateDecision:
     information, not part of the decision's identity (left out of ``==``). ``benign_reading`` is
     True when the hit is a rule that is not ``strict``: a second opinion may drop it.
 
-    ``kind`` is what the reply is: ``"refusal"`` (a canned refusal, and the default for a miss) or
-    ``"support"`` (someone in crisis asking where to find help: the support reply, helplines first;
-    rule and category ``support``; never dropped by a second opinion). ``reading`` names the extra
-    reading a hit was found in (:mod:`gate.readings`), None for the question as written.
+    ``kind`` is ``"refusal"`` (a canned refusal on a hit; the default for a miss) or ``"support"``:
+    someone in crisis asking where to find help. That is not a refusal (``hit`` is False) but the
+    reply to post instead of an answer: ``rule_id`` and ``category`` ``support`` and ``reply`` the
+    support reply (helplines first). ``reading`` names the extra reading a hit was found in
+    (:mod:`gate.readings`), None for the question as written.
     """
 
     hit: bool
@@ -192,8 +193,9 @@ class Gate:
         The question is judged as written, then, when that does not hit, each of its extra readings
         (:func:`gate.readings.readings`: encodings undone, comments, steps, French phonetics) in turn:
         the first hit decides, with ``reading`` naming where it was found. A hit in category
-        ``self_harm``, or a question in crisis no layer refused, that asks where to find someone to
-        talk to (and for no method) becomes the support reply (:mod:`gate.support`).
+        ``self_harm``, or a first-person crisis no layer refused, that asks where to find someone to
+        talk to (and for no method) becomes a support decision instead (:mod:`gate.support`): not a
+        hit, ``kind`` ``"support"``, the support reply to post.
 
         ``benign_reading=False`` skips the rules that have a benign reading (not ``strict``)."""
         original = text[: self.max_chars]
@@ -221,7 +223,7 @@ class Gate:
             return decision
         language = decision.language
         return GateDecision(
-            True,
+            False,
             SUPPORT,
             SUPPORT,
             language,

@@ -128,23 +128,29 @@ _HASH_COMMENT = re.compile(r"#+[ \t]+([^\n]*)")
 _BLOCKS = (("<!--", "-->"), ("/*", "*/"))
 
 # Where a two-step or hedged ask has its steps: the marker becomes a sentence break.
+_ASK = (
+    r"(?:how|what|where|which|tell|explain|give|list|describe|write|show|help|teach|i (?:need|want)|"
+    r"can you|could you|would you|comment|quel|quelle|o[uù]|combien|explique|dis|donne|[ée]cris|montre|"
+    r"aide|apprends|je (?:veux|voudrais))\b"
+)
+# Narrative markers ("then", "puis") count only before an ask ("and then disputed them all" is a
+# story); numbered steps and hedges ("step 2", "in theory") always.
 _STEPS = re.compile(
-    r"(?i)(?:,\s*|\b)(?:and then|then|after that|afterwards|next|second(?:ly)?|step (?:2|two|3|three)|"
-    r"part (?:2|two)|and also|also|in theory|theoretically|hypothetically|in principle|"
-    r"purely (?:academically|hypothetically)|just (?:curious|wondering)|"
-    r"et ensuite|ensuite|et puis|puis|apr[eè]s [cç]a|deuxi[eè]mement|deuxi[eè]me question|"
-    r"[ée]tape (?:2|deux|3|trois)|et aussi|en th[ée]orie|th[ée]oriquement|hypoth[ée]tiquement|"
-    r"par curiosit[ée]|juste par curiosit[ée])\b[,:]?"
-    r"|,\s*(?:and|et)\s+(?=(?:how|what|where|which|who|can|could|would|tell|explain|give|list|describe|"
-    r"comment|quel|quelle|quels|o[uù]|combien|explique|dis|donne)\b)"
+    r"(?i)(?:,\s*|\b)(?:"
+    r"(?:and then|then|after that|afterwards|next|and also|also|et ensuite|ensuite|et puis|puis|"
+    r"apr[eè]s [cç]a|et aussi)\b[,:]?(?=\s*" + _ASK + r")"
+    r"|(?:second(?:ly)?|step (?:2|two|3|three)|part (?:2|two)|in theory|theoretically|hypothetically|"
+    r"in principle|purely (?:academically|hypothetically)|deuxi[eè]mement|deuxi[eè]me question|"
+    r"[ée]tape (?:2|deux|3|trois)|en th[ée]orie|th[ée]oriquement|hypoth[ée]tiquement)\b[,:]?"
+    r"|,\s*(?:and|et)\s+(?=(?:how|tell|explain|give|list|describe|comment|explique|dis|donne)\b))"
 )
 
 # A word each marker of ``_STEPS`` holds (the ", and how" form aside).
 _STEP_WORDS_TEXT = (
     "then after afterwards next second secondly step part also theory theoretically hypothetically "
-    "principle purely just ensuite puis après apres deuxièmement deuxiemement deuxième deuxieme étape "
+    "principle purely ensuite puis après apres deuxièmement deuxiemement deuxième deuxieme étape "
     "etape aussi théorie theorie théoriquement theoriquement hypothétiquement hypothetiquement "
-    "curiosité curiosite"
+    ""
 )
 _STEP_WORDS = frozenset(_STEP_WORDS_TEXT.split())
 
@@ -160,7 +166,6 @@ _PHONETIC = {
     "kom": "comme",
     "sa": "ça",
     "ke": "que",
-    "k": "que",
     "kel": "quel",
     "kelle": "quelle",
     "kels": "quels",
@@ -185,8 +190,6 @@ _PHONETIC = {
     "chuis": "je suis",
     "jsuis": "je suis",
     "jai": "j'ai",
-    "g": "j'ai",
-    "c": "c'est",
     "cé": "c'est",
     "sé": "c'est",
     "ct": "c'était",
@@ -198,7 +201,6 @@ _PHONETIC = {
     "fair": "faire",
     "fé": "fait",
     "mé": "mais",
-    "é": "et",
     "pa": "pas",
     "ya": "il y a",
     "qqn": "quelqu'un",
@@ -223,14 +225,14 @@ _PHONETIC = {
     "mtuer": "me tuer",
 }
 # Spellings no English word has: one of them marks a question as French written as it sounds.
-_NOT_MARKS = {"k", "g", "c", "sa", "pa", "pr", "tt", "ds", "mm", "fer", "fair", "kom", "kan", "ya", "ke"}
+_NOT_MARKS = {"sa", "pa", "pr", "tt", "ds", "mm", "fer", "fair", "kom", "kan", "ya", "ke"}
 _FRENCH_SPELLING = frozenset(_PHONETIC) - _NOT_MARKS - {"ki", "fo", "dc", "qq"}
 _PHONETIC_WORD = re.compile(r"[^\W\d_]+")
 # A word spelt with "k" for "qu" ("fabrik", "fabriké", "explik", "kestion"), or "j" glued to a verb.
 _K_END = re.compile(r"^(?P<stem>[^\W\d_]{3,})ik(?P<end>é|er|e|es|ent)?$")
 _K_START = re.compile(r"^k(?=[aeiouyéè][^\W\d_]{2,}$)")
 # A word one of the spelling rules below may change (a quick test).
-_SOUNDS = re.compile(r"k|j[bcdfgklmnpqrstvz]|[^\W\d_]{3,}ik")
+_SOUNDS = re.compile(r"k[aeiouyéè][^\W\d_]{2}|j[bcdfgklmnpqrstvz][^\W\d_]{2}|[^\W\d_]{3,}ik")
 _J_VERB = re.compile(r"^j(?=[bcdfgklmnpqrstvz][^\W\d_]{2,}$)")
 
 

@@ -7,7 +7,9 @@ are folded the same way) and holds when it
 
 - asks for someone or somewhere to turn to (who can I talk to, a helpline, "à qui parler",
   "besoin d'aide"...),
-- is in crisis (a ``self_harm`` hit, or the words of one: suicide, wanting to die, hurting oneself),
+- is the asker's own crisis (a ``self_harm`` hit, or the first-person words of one: "I want to die",
+  "I've been thinking about killing myself", "je pense à en finir"; a friend's crisis, a helpline
+  number for a resources page or a game about suicide are questions the bot answers),
 - and asks for no method, amount or way of hiding it (those keep the ``self_harm`` refusal, whose
   reply carries the same helplines).
 """
@@ -39,19 +41,24 @@ _HELP = re.compile(
         r"\b(?:parler|en parler|me confier|appeler|contacter)\b[^.!?]{0,20}"
         r"\b(?:quelqu'un|quelquun|qqn|une personne|un pro\w*|un psy\w*|un medecin)\b",
         r"\b(?:numero|ligne) (?:d'ecoute|d'aide|d'urgence|a appeler|pour parler)\b|\b(?:ligne d'ecoute|3114|"
-        r"sos amitie|suicide ecoute|psychologue|psy)\b",
+        r"sos amitie|suicide ecoute|psychologue)\b",
         r"\bbesoin (?:d'aide|de parler|d'en parler|de quelqu'un)\b",
         r"\b(?:trouver|obtenir|demander) de l'aide\b",
         r"\bqui (?:peut|pourrait) m'aider\b|\bou (?:trouver|chercher) de l'aide\b",
     )
 )
+# The asker's own crisis, in the first person ("a friend is suicidal", "suicide prevention" or a game
+# about suicide are questions to answer, not a crisis to meet).
 _CRISIS = re.compile(
     _joined(
-        r"\b(?:suicid\w*|kill(?:ing)? (?:my ?self)|end(?:ing)? (?:my life|it all)|want(?:ed)? to die|"
-        r"wish i (?:was|were) dead|(?:hurt|hurting|harm|harming|cut|cutting) my ?self|self[- ]?harm\w*|"
-        r"don'?t want to (?:live|be alive|exist))\b",
-        r"\b(?:me tuer|me suicider|suicidaire|en finir|envie de mourir|veux mourir|me faire du mal|"
-        r"me scarifier|scarif\w*|plus envie de vivre|idees noires|me faire disparaitre)\b",
+        r"\b(?:i|i'm|im|i am|i've|ive|i have|i feel|i keep|i've been|i have been)\b[^.!?]{0,30}"
+        r"\b(?:suicidal|suicide|kill(?:ing)? my ?self|end(?:ing)? (?:my life|it all)|to die|dying|"
+        r"dead|(?:hurt|hurting|harm|harming|cut|cutting) my ?self|self[- ]?harm\w*|"
+        r"(?:want|wanna) to disappear)\b",
+        r"\bdon'?t want to (?:live|be alive|exist|be here) anymore\b",
+        r"\b(?:je|j'|j'ai|moi)\b[^.!?]{0,30}\b(?:me tuer|me suicider|suicide|suicidaire|en finir|mourir|"
+        r"me faire du mal|me scarifier|plus envie de vivre|idees noires|idees suicidaires|disparaitre)\b",
+        r"\bmes (?:idees noires|idees suicidaires|pensees suicidaires)\b",
     )
 )
 _METHOD = re.compile(
@@ -63,9 +70,15 @@ _METHOD = re.compile(
         r"\b(?:how (?:do|can|could|would|should) i|how to|way to|ways to)\b (?:kill|end|hurt|cut|die|harm)\b",
         r"\b(?:combien|quelle dose|dose|sans douleur|sans souffrir|methode\w*|moyen de|comment (?:me tuer|"
         r"mourir|en finir|me suicider|me pendre|me couper)|cachets|medicaments|pendre|pendaison|corde|"
-        r"sauter|pont|lame|rasoir|cacher|dissimuler)\b",
+        r"sauter|pont|lame|rasoir|cacher|dissimuler|plus rapide|rapidement|fa[cs]on de|encourage\w*|"
+        r"tenir jusqu|kilos|arreter de manger|pas de numero|sans numero)\b",
+        r"\b(?:no|don'?t give me|without) (?:a |the |any )?(?:hotline|helpline|number|numbers)\b",
     )
 )
+
+
+# "Not suicidal, just empty": the words of a crisis, denied.
+_DENIED = re.compile(_joined(r"\bnot (?:suicidal|going to (?:hurt|kill)|planning to)\b|\bpas suicidaire\b"))
 
 
 def seeks_support(normalized: str, *, in_crisis: bool) -> bool:
@@ -75,6 +88,6 @@ def seeks_support(normalized: str, *, in_crisis: bool) -> bool:
     needed)."""
     if _HELP.search(normalized) is None:
         return False
-    if not in_crisis and _CRISIS.search(normalized) is None:
+    if not in_crisis and (_CRISIS.search(normalized) is None or _DENIED.search(normalized) is not None):
         return False
     return _METHOD.search(normalized) is None

@@ -81,8 +81,9 @@ OPEN_STATES: tuple[answers.AnswerState, ...] = tuple(
 
 @dataclass(frozen=True, slots=True)
 class Screen:
-    """Stage 0's verdict: the refusal (if any), the vector the intent layer embedded (recall reuses
-    it), and the error that kept the question from being embedded (recall then goes legacy at once)."""
+    """Stage 0's verdict: the canned reply to post instead of an answer (a refusal, or the support
+    reply: ``GateDecision.kind``), if any, the vector the intent layer embedded (recall reuses it), and
+    the error that kept the question from being embedded (recall then goes legacy at once)."""
 
     refusal: GateDecision | None
     vector: list[float] | None
@@ -399,6 +400,8 @@ class AnswerPipeline:
                 st.info["hit"] = decision.hit
                 st.info["rule"] = decision.rule_id
                 st.info["category"] = decision.category
+            if decision.kind == "support":
+                return Screen(decision, None)  # the support reply is posted instead of an answer
             if decision.hit:
                 if not (intent is not None and intent.rule_veto is not None and decision.benign_reading):
                     return Screen(decision, None)

@@ -46,8 +46,9 @@ def test_labelled_case(gate: Gate, case: dict[str, Any]) -> None:
     decision = gate.check(case["text"])
     if case["expect"] == "pass":
         assert not decision.hit, f"{case['text']!r} hit {decision.rule_id} ({decision.reading})"
+        assert decision.kind == "refusal"
     elif case["expect"] == "support":
-        assert decision.hit, case["text"]
+        assert not decision.hit, case["text"]  # not a refusal: the support reply is posted instead
         assert (decision.kind, decision.rule_id, decision.category) == (SUPPORT, SUPPORT, SUPPORT)
         assert decision.reply == gate.rules.replies[SUPPORT].text(decision.language)
     else:
