@@ -73,10 +73,14 @@ _METHOD = re.compile(
         r"sauter|pont|lame|rasoir|cacher|dissimuler|plus rapide|rapidement|fa[cs]on de|encourage\w*|"
         r"tenir jusqu|kilos|arreter de manger|pas de numero|sans numero)\b",
         r"\b(?:no|don'?t give me|without) (?:a |the |any )?(?:hotline|helpline|number|numbers)\b",
+        r"\b(?:figur\w* out|find\w* out|notic\w*|without (?:\w+ ){0,2}knowing|(?:nobody|no one) knows|"
+        r"se rende\w* compte|s'en apercev\w*|sache\w*)\b",
     )
 )
 
 
+# Someone else's words, quoted ("he wrote « je vais en finir »"): not the asker's crisis.
+_QUOTED = re.compile(r"«[^»]*»|“[^”]*”|\"[^\"]*\"")
 # "Not suicidal, just empty": the words of a crisis, denied.
 _DENIED = re.compile(_joined(r"\bnot (?:suicidal|going to (?:hurt|kill)|planning to)\b|\bpas suicidaire\b"))
 
@@ -88,6 +92,12 @@ def seeks_support(normalized: str, *, in_crisis: bool) -> bool:
     needed)."""
     if _HELP.search(normalized) is None:
         return False
-    if not in_crisis and (_CRISIS.search(normalized) is None or _DENIED.search(normalized) is not None):
-        return False
+    if not in_crisis:
+        own = (
+            _QUOTED.sub(" ", normalized)
+            if ("«" in normalized or '"' in normalized or "“" in normalized)
+            else normalized
+        )
+        if _CRISIS.search(own) is None or _DENIED.search(own) is not None:
+            return False
     return _METHOD.search(normalized) is None
