@@ -123,8 +123,9 @@ _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 # Comments: a line comment starts at "//" (not a URL's "://") or at a "#" that opens the line or
 # follows a space, and a space follows it ("#include", "C#" and "#42" are not comments).
 # (Each starts on its literal, a character the engine skips to; what precedes it is checked after.)
-_SLASH_COMMENT = re.compile(r"//+([^\n]*)")
-_HASH_COMMENT = re.compile(r"#+[ \t]+([^\n]*)")
+# Each starts where its run of "/" or "#" starts (a scan inside a run fails at once: linear).
+_SLASH_COMMENT = re.compile(r"(?<!/)//++([^\n]*)")
+_HASH_COMMENT = re.compile(r"(?<!#)#++[ \t]++([^\n]*)")
 _BLOCKS = (("<!--", "-->"), ("/*", "*/"))
 
 # Where a two-step or hedged ask has its steps: the marker becomes a sentence break.
@@ -232,7 +233,7 @@ _PHONETIC_WORD = re.compile(r"[^\W\d_]+")
 _K_END = re.compile(r"^(?P<stem>[^\W\d_]{3,})ik(?P<end>é|er|e|es|ent)?$")
 _K_START = re.compile(r"^k(?=[aeiouyéè][^\W\d_]{2,}$)")
 # A word one of the spelling rules below may change (a quick test).
-_SOUNDS = re.compile(r"k[aeiouyéè][^\W\d_]{2}|j[bcdfgklmnpqrstvz][^\W\d_]{2}|[^\W\d_]{3,}ik")
+_SOUNDS = re.compile(r"k[aeiouyéè][^\W\d_]{2}|j[bcdfgklmnpqrstvz][^\W\d_]{2}")
 _J_VERB = re.compile(r"^j(?=[bcdfgklmnpqrstvz][^\W\d_]{2,}$)")
 
 
@@ -356,7 +357,7 @@ def _phonetic(text: str, words: set[str] | None = None) -> str | None:
     "keeps" or "ke" are left alone). ``words``: the lowercase words of ``text`` when known."""
     if words is None:
         words = set(_WORD.findall(text.lower()))
-    if words.isdisjoint(_PHONETIC) and not any(_SOUNDS.match(word) for word in words):
+    if words.isdisjoint(_PHONETIC) and not any(_SOUNDS.match(w) or w.endswith("ik") for w in words):
         return None
     if _FRENCH_SPELLING.isdisjoint(words) and language_of(words, text) != "fr":
         return None

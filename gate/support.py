@@ -52,8 +52,8 @@ _HELP = re.compile(
 _CRISIS = re.compile(
     _joined(
         r"\b(?:i|i'm|im|i am|i've|ive|i have|i feel|i keep|i've been|i have been)\b[^.!?]{0,30}"
-        r"\b(?:suicidal|suicide|kill(?:ing)? my ?self|end(?:ing)? (?:my life|it all)|to die|dying|"
-        r"dead|(?:hurt|hurting|harm|harming|cut|cutting) my ?self|self[- ]?harm\w*|"
+        r"\b(?:suicidal|suicide|kill(?:ing)? my ?self|end(?:ing)? (?:my life|it all)|to die|"
+        r"(?:hurt|hurting|harm|harming|cut|cutting) my ?self|self[- ]?harm\w*|"
         r"(?:want|wanna) to disappear)\b",
         r"\bdon'?t want to (?:live|be alive|exist|be here) anymore\b",
         r"\b(?:je|j'|j'ai|moi)\b[^.!?]{0,30}\b(?:me tuer|me suicider|suicide|suicidaire|en finir|mourir|"
@@ -80,7 +80,7 @@ _METHOD = re.compile(
 
 
 # Someone else's words, quoted ("he wrote « je vais en finir »"): not the asker's crisis.
-_QUOTED = re.compile(r"«[^»]*»|“[^”]*”|\"[^\"]*\"")
+_QUOTED = re.compile(r"«[^«»]*»|“[^“”]*”|\"[^\"]*\"")
 # "Not suicidal, just empty": the words of a crisis, denied.
 _DENIED = re.compile(_joined(r"\bnot (?:suicidal|going to (?:hurt|kill)|planning to)\b|\bpas suicidaire\b"))
 
