@@ -24,12 +24,12 @@ CANNED_MARKER = "<!-- citebot:canned -->"
 
 
 def canned_text(decision: GateDecision) -> str:
-    """The text to post for a refusal: the marker, a newline, then the canned reply.
+    """The text to post for a refusal or a support decision: the marker, a newline, then the reply.
 
-    Raises ValueError for a decision that is not a hit (there is nothing to post).
+    Raises ValueError for a decision with nothing to post (neither a hit nor ``kind == "support"``).
     """
-    if not decision.hit or decision.reply is None:
-        raise ValueError("canned_text() needs a decision that hit a rule")
+    if not (decision.hit or decision.kind == "support") or decision.reply is None:
+        raise ValueError("canned_text() needs a decision that hit a rule or a support decision")
     return f"{CANNED_MARKER}\n{decision.reply}"
 
 

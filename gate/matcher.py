@@ -26,6 +26,7 @@ Bounded work, never an exception for any input string:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 import logging
@@ -41,6 +42,7 @@ from gate.lexical import LexicalDecision, LexicalHead
 from gate.literals import first_words, word_needs
 from gate.normalize import normalize
 from gate.normalize import same_words as _same_words
+from gate.readings import readings
 from gate.rules import (
     FRAME_TURN_CHARS,
     PREFIX_HEAD,
@@ -51,6 +53,7 @@ from gate.rules import (
     TriggerGroup,
     load_rules,
 )
+from gate.support import SUPPORT, seeks_support
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,12 @@ class GateDecision:
     else None: the embedding layer reads it (its lexical floor, ``gate.intent``); it is trace
     information, not part of the decision's identity (left out of ``==``). ``benign_reading`` is
     True when the hit is a rule that is not ``strict``: a second opinion may drop it.
+
+    ``kind`` is ``"refusal"`` (a canned refusal on a hit; the default for a miss) or ``"support"``:
+    someone in crisis asking where to find help. That is not a refusal (``hit`` is False) but the
+    reply to post instead of an answer: ``rule_id`` and ``category`` ``support`` and ``reply`` the
+    support reply (helplines first). ``reading`` names the extra reading a hit was found in
+    (:mod:`gate.readings`), None for the question as written.
     """
 
     hit: bool
@@ -86,6 +95,8 @@ class GateDecision:
     timed_out: tuple[str, ...] = ()
     lexical_score: float | None = field(default=None, compare=False)
     benign_reading: bool = field(default=False, compare=False)
+    kind: str = "refusal"
+    reading: str | None = field(default=None, compare=False)
 
 
 class Gate:
@@ -179,8 +190,52 @@ class Gate:
     def check(self, text: str, *, benign_reading: bool = True) -> GateDecision:
         """Judge one question. Returns a decision; never raises for any string.
 
+        The question is judged as written, then, when that does not hit, each of its extra readings
+        (:func:`gate.readings.readings`: encodings undone, comments, steps, French phonetics) in turn:
+        the first hit decides, with ``reading`` naming where it was found. A hit in category
+        ``self_harm``, or a first-person crisis no layer refused, that asks where to find someone to
+        talk to (and for no method) becomes a support decision instead (:mod:`gate.support`): not a
+        hit, ``kind`` ``"support"``, the support reply to post.
+
         ``benign_reading=False`` skips the rules that have a benign reading (not ``strict``)."""
         original = text[: self.max_chars]
+        decision = self._decide(original, benign_reading)
+        if not decision.hit:
+            for name, reading in readings(original):
+                found = self._decide(reading[: self.max_chars], benign_reading)
+                if found.hit:
+                    decision = dataclasses.replace(
+                        found,
+                        timed_out=decision.timed_out + found.timed_out,
+                        lexical_score=decision.lexical_score,
+                        reading=name,
+                    )
+                    break
+        return self._support(original, decision)
+
+    def _support(self, original: str, decision: GateDecision) -> GateDecision:
+        """``decision``, or the support reply where the question asks for help in a crisis."""
+        if decision.hit and decision.category != "self_harm":
+            return decision
+        if SUPPORT not in self.rules.replies:
+            return decision
+        if not seeks_support(normalize(original), in_crisis=decision.hit):
+            return decision
+        language = decision.language
+        return GateDecision(
+            False,
+            SUPPORT,
+            SUPPORT,
+            language,
+            self.rules.replies[SUPPORT].text(language),
+            decision.timed_out,
+            decision.lexical_score,
+            kind=SUPPORT,
+            reading=decision.reading,
+        )
+
+    def _decide(self, original: str, benign_reading: bool) -> GateDecision:
+        """The rules, then the lexical head, on one reading of the question."""
         question = _Question(normalize(original), self._heads)
         normalized = question.text
         language = language_of(question.words, original)

@@ -176,7 +176,10 @@ ENTRY_POINTS: dict[str, tuple[Callable[[str], object], str]] = {
         _sources_of("worker.question", "worker.quotes") + '[quote="a, post:1, topic:1"]',
     ),
     "keyword_queries": (_TERMS.keyword_queries, _sources_of("worker.retrieval.keyword")),
-    "gate check": (_GATE.check, _sources_of("gate.normalize", "gate.matcher", "gate.language")),
+    "gate check": (
+        _GATE.check,
+        _sources_of("gate.normalize", "gate.matcher", "gate.language", "gate.readings", "gate.support"),
+    ),
     "sanitize": (
         lambda t: sanitize(t, _EVIDENCE, allow_canned=False),
         _sources_of(*{n.rsplit(".", 1)[0] for n in MODULE_PATTERNS if n.startswith("sanitizer.")}),

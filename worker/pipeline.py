@@ -82,8 +82,9 @@ OPEN_STATES: tuple[answers.AnswerState, ...] = tuple(
 
 @dataclass(frozen=True, slots=True)
 class Screen:
-    """Stage 0's verdict: the refusal (if any), the vector the intent layer embedded (recall reuses
-    it), and the error that kept the question from being embedded (recall then goes legacy at once)."""
+    """Stage 0's verdict: the canned reply to post instead of an answer (a refusal, or the support
+    reply: ``GateDecision.kind``), if any, the vector the intent layer embedded (recall reuses it), and
+    the error that kept the question from being embedded (recall then goes legacy at once)."""
 
     refusal: GateDecision | None
     vector: list[float] | None
@@ -258,7 +259,12 @@ class AnswerPipeline:
                 "generated",
                 reply_raw=canned_text(refusal),
                 rule_id=refusal.rule_id,
-                trace=self._trace_dict(trace, kind="canned", category=refusal.category),
+                # A support reply (someone in crisis asking where to find help) is not a refusal.
+                trace=self._trace_dict(
+                    trace,
+                    kind="support" if refusal.kind == "support" else "canned",
+                    category=refusal.category,
+                ),
             )
             return self._post(conn, post_id, resumed=False)
 
@@ -399,6 +405,8 @@ class AnswerPipeline:
                 st.info["hit"] = decision.hit
                 st.info["rule"] = decision.rule_id
                 st.info["category"] = decision.category
+            if decision.kind == "support":
+                return Screen(decision, None)  # the support reply is posted instead of an answer
             if decision.hit:
                 if not (intent is not None and intent.rule_veto is not None and decision.benign_reading):
                     return Screen(decision, None)
@@ -746,6 +754,8 @@ def _final_state(row: answers.Answer) -> answers.AnswerState:
         return "failed"  # its reason says why (a failure's, not a refusal's)
     if row.reason or (row.rule_id or "").startswith(RULE_PREFIX):
         return "denied"  # a refusal notice (``_decline``)
+    if isinstance(row.trace, dict) and row.trace.get("kind") == "support":
+        return "posted"  # the support reply answers the question (rule_id "support" says which reply)
     if row.rule_id:
         return "refused"
     return "abstained" if row.zone == "abstain" else "posted"

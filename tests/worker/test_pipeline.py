@@ -207,6 +207,23 @@ def test_gate_hit_posts_canned_reply_without_calling_the_llm(world: World) -> No
     assert world.forum.created[0].raw == row.reply_raw
 
 
+def test_help_seeking_in_crisis_gets_the_support_reply_not_a_refusal(world: World) -> None:
+    question = "I want to die and I don't know who to talk to. Where can I talk to someone?"
+    world.ask(904, 2, f"@citebot {question}")
+    outcome = world.pipeline.run(904)
+    assert outcome.state == "posted"
+    assert isinstance(world.chat, FakeChatModel)
+    assert world.chat.calls == 0
+    row = world.row(904)
+    assert (row.state, row.rule_id) == ("posted", "support")
+    assert isinstance(row.trace, dict)
+    assert (row.trace["kind"], row.trace["category"]) == ("support", "support")
+    raw = world.forum.created[0].raw
+    assert raw == row.reply_raw == canned_text(world.pipeline.gate.check(question))
+    assert "can't help" not in raw
+    assert "988" in raw
+
+
 def test_enabled_flag_off_changes_nothing_and_says_so(world: World) -> None:
     world.forum.flags_on(enabled=False)
     world.ask(903, 1, "@citebot how do I stop shadow flicker?")

@@ -77,8 +77,13 @@ def _ask(args: argparse.Namespace) -> int:
             lexical=settings.gate.lexical,
         )
         decision = gate.check(asked.own or question)  # the member's words, as the worker screens
-        out["gate"] = {"hit": decision.hit, "rule": decision.rule_id, "category": decision.category}
-        if decision.hit and not args.retrieve_only:
+        out["gate"] = {
+            "hit": decision.hit,
+            "rule": decision.rule_id,
+            "category": decision.category,
+            "kind": decision.kind,
+        }
+        if (decision.hit or decision.kind == "support") and not args.retrieve_only:
             out["reply"] = canned_text(decision)
             return _print(out, args.json)
     preflight(settings, index=not args.legacy)
