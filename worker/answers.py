@@ -231,6 +231,22 @@ def is_bot_reply(conn: psycopg.Connection[Any], topic_id: int, post_number: int)
     return row is not None
 
 
+def cited_by_reply(conn: psycopg.Connection[Any], topic_id: int, post_numbers: Collection[int]) -> set[int]:
+    """The post ids that the bot's replies at ``post_numbers`` of ``topic_id`` cited (as recorded)."""
+    if not post_numbers:
+        return set()
+    rows = conn.execute(
+        "SELECT sources FROM answers WHERE topic_id = %s AND reply_post_number = ANY(%s)",
+        (topic_id, list(post_numbers)),
+    ).fetchall()
+    return {
+        int(s["post_id"])
+        for (sources,) in rows
+        for s in (sources if isinstance(sources, list) else [])
+        if isinstance(s, dict) and isinstance(s.get("post_id"), int)
+    }
+
+
 def recent(
     conn: psycopg.Connection[Any],
     state: AnswerState | None = None,
