@@ -20,7 +20,8 @@ QUOTED_MENTION = (
 BOT_QUOTE = (
     '<aside class="quote no-group" data-username="citebot" data-post="3" data-topic="7">\n'
     '<div class="title">\n<div class="quote-controls"></div>\n citebot:</div>\n'
-    "<blockquote>\n<p>Use ResourceCache.</p>\n</blockquote>\n</aside>\n<p>That did not work, any other idea?</p>"
+    "<blockquote>\n<p>Use ResourceCache.</p>\n</blockquote>\n</aside>\n"
+    "<p>That did not work, any other idea?</p>"
 )
 
 
@@ -50,7 +51,7 @@ def reply(post_id: int, **fields: object) -> SourcePost:
         ({"cooked": BOT_QUOTE, "reply_to_post_number": 3}, True),
         ({"raw": '[quote="CiteBot, post:3, topic:7"]\nUse X.\n[/quote]\nDid not work', "cooked": ""}, True),
         ({"cooked": BOT_QUOTE.replace("citebot", "al")}, False),  # quoting a member is not addressing
-        ({"cooked": "<aside class=\"quote no-group\"><blockquote><p>x</p></blockquote></aside>"}, False),
+        ({"cooked": '<aside class="quote no-group"><blockquote><p>x</p></blockquote></aside>'}, False),
     ],
 )
 def test_addressed_to_the_bot(fields: dict[str, object], addressed: bool) -> None:

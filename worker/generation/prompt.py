@@ -116,7 +116,9 @@ class _Builder:
     def user(self, zone: Zone, sources: Sequence[Source], cap: int | None, ctx: bool) -> str:
         evidence = _evidence(zone, self.place, sources, self.token, cap, ctx)
         return (
-            self.templates.evidence(zone).substitute(evidence=evidence, ask_forum=ask_forum(self.place)).rstrip()
+            self.templates.evidence(zone)
+            .substitute(evidence=evidence, ask_forum=ask_forum(self.place))
+            .rstrip()
             + "\n\n"
             + self.question_block
         )

@@ -81,8 +81,8 @@ _EN_COMMON = {
 }
 _FR_COMMON = {
     "normal_intro": "Voici ce que disent les messages du forum :",
-    "weak_intro": "Les éléments du forum sont faibles : aucun message n'y répond clairement. Les plus proches "
-    "disent :",
+    "weak_intro": "Les éléments du forum sont faibles : aucun message n'y répond clairement. Les plus "
+    "proches disent :",
     "closest": "Les éléments du forum sont faibles : aucun message n'y répond clairement. Les sujets les "
     "plus proches sont :",
     "offline_footer": "_Assemblé hors ligne, sans modèle de langue : phrases citées des messages en lien._",

@@ -171,7 +171,8 @@ def test_wording_fits_the_place_and_the_language(place: str) -> None:
     assert ("open a topic" in english) is (place == "pm")
     assert ("ouvrez un sujet" in french) is (place == "pm")
     for place_text in (english, french):
-        assert "new topic" not in place_text and "nouveau sujet" not in place_text
+        assert "new topic" not in place_text
+        assert "nouveau sujet" not in place_text
     prompt = build_prompt("Comment je corrige ça ?", [], "abstain", place=place)  # type: ignore[arg-type]
     assert generator.complete(prompt.messages).text == french
     assert offline_label("fr", True).startswith("_Assemblé hors ligne")
