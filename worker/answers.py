@@ -232,19 +232,33 @@ def is_bot_reply(conn: psycopg.Connection[Any], topic_id: int, post_number: int)
 
 
 def cited_by_reply(conn: psycopg.Connection[Any], topic_id: int, post_numbers: Collection[int]) -> set[int]:
-    """The post ids that the bot's replies at ``post_numbers`` of ``topic_id`` cited (as recorded)."""
+    """The post ids that the bot's replies at ``post_numbers`` of ``topic_id`` cited: the sources whose
+    ``[[n]]`` the reply's last sanitize stage linked (every recorded source when the trace says none)."""
     if not post_numbers:
         return set()
     rows = conn.execute(
-        "SELECT sources FROM answers WHERE topic_id = %s AND reply_post_number = ANY(%s)",
+        "SELECT sources, trace FROM answers WHERE topic_id = %s AND reply_post_number = ANY(%s)",
         (topic_id, list(post_numbers)),
     ).fetchall()
-    return {
-        int(s["post_id"])
-        for (sources,) in rows
-        for s in (sources if isinstance(sources, list) else [])
-        if isinstance(s, dict) and isinstance(s.get("post_id"), int)
-    }
+    out: set[int] = set()
+    for sources, trace in rows:
+        cited = _cited_numbers(trace)
+        for s in sources if isinstance(sources, list) else []:
+            if not isinstance(s, dict) or not isinstance(s.get("post_id"), int):
+                continue
+            if cited is None or s.get("n") in cited:
+                out.add(int(s["post_id"]))
+    return out
+
+
+def _cited_numbers(trace: Any) -> set[int] | None:
+    """The ``[[n]]`` numbers the last sanitize stage of ``trace`` linked, or None when it says nothing."""
+    stages = trace.get("stages") if isinstance(trace, dict) else None
+    for stage in reversed(stages if isinstance(stages, list) else []):
+        if isinstance(stage, dict) and stage.get("name") == "sanitize":
+            cited = (stage.get("info") or {}).get("cited")
+            return {n for n in cited if isinstance(n, int)} if isinstance(cited, list) else None
+    return None
 
 
 def recent(
