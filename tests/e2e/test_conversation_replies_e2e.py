@@ -62,7 +62,7 @@ def _post(stack: Stack, post_id: int) -> dict[str, Any]:
 def _indexed_after(stack: Stack) -> None:
     """Index refreshes run in order on the index queue: once a later post is indexed, every earlier
     ``post_created`` has been handled."""
-    later = stack.ask("dave", 11, "The debug hud frame rate counter works in release builds as well.")
+    later = stack.ask("dave", 10, "The precision qualifier fixed the shader on my Android phone too.")
     wait_for(lambda: stack.is_indexed(later), what="later post indexed")
 
 
@@ -105,7 +105,7 @@ def test_an_answer_pasted_inside_a_quote_is_evidence_and_cited(offline: Stack) -
     )
     wait_for(lambda: stack.is_indexed(answer), what="the quoting post indexed")
     asked = stack.open_topic(
-        "carol", "Cube map seams", "@citebot how do I remove the seams of my skybox cube map?"
+        "carol", "Seams in my skybox cube map", "@citebot how do I remove the seams of my skybox cube map?"
     )
     row = _answer(stack, asked)
     assert row["state"] == "posted", row
