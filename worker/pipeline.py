@@ -59,7 +59,7 @@ from worker.members import MemberDirectory
 from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
 from worker.question import extract_question, question_for
-from worker.quotes import post_quotes
+from worker.quotes import plain, post_quotes, quoted_lines
 from worker.recheck import Recheck, SourceCheck
 from worker.retrieval.pipeline import Retriever
 from worker.settings import Settings
@@ -275,6 +275,7 @@ class AnswerPipeline:
                 query_vector=vector,
                 embed_error=screen.embed_error,
             )
+        result = replace(result, sources=_unquoted(result.sources, quoted_lines(post.raw or "")))
         for fb in result.trace.fallbacks:
             FALLBACKS.labels(fb["stage"], fb["reason"].split(":")[0][:40]).inc()
         answers.transition(
@@ -765,6 +766,22 @@ def _quoted_post_ids(conn: psycopg.Connection[Any], post: ForumPost, topic: Foru
     ids = {p.id for p in topic.posts if p.post_number in numbers}
     ids |= answers.cited_by_reply(conn, post.topic_id, numbers)
     return tuple(sorted(ids - {post.id}))
+
+
+def _unquoted(sources: Sequence[Source], quoted: Sequence[str]) -> tuple[Source, ...]:
+    """``sources`` without what the member quoted: a source whose excerpt holds a quoted line is left
+    out, a nearby-post line holding one is dropped (the bot's earlier answer quoted a topic's reply
+    that now comes back as the context of its question)."""
+    if not quoted:
+        return tuple(sources)
+
+    def seen(text: str) -> bool:
+        flat = plain(text)
+        return any(line in flat for line in quoted)
+
+    return tuple(
+        replace(s, context=tuple(c for c in s.context if not seen(c))) for s in sources if not seen(s.excerpt)
+    )
 
 
 def _failure_reason(why: str) -> str:

@@ -38,6 +38,12 @@ from dataclasses import dataclass
 # unbounded class followed by a delimiter it excludes, and no class crosses a ``[`` (an opener).
 _RAW_OPEN = re.compile(r"\[quote(?:=(?:\"([^\"\[\]\n]*)\"|([^\[\]\n]*)))?\]", re.IGNORECASE)
 _ASIDE = re.compile(r"<aside\b([^<>]*)>", re.IGNORECASE)
+_RAW_TAG = re.compile(r"(\[/?quote(?:=[^\[\]\n]*)?\])", re.IGNORECASE)
+# What a reply's Markdown adds around a sentence it quotes: links ``[1](url)``, code spans, bullets.
+_LINK = re.compile(r"\[([^\[\]\n]*)\]\([^()\s]*\)")
+_NOISE = re.compile(r"[`*_]+|^[ \t]*+(?:[-+•]|\d{1,9}[.)])[ \t]+", re.MULTILINE)
+_SPACE = re.compile(r"\s+")
+MIN_QUOTED_CHARS = 20
 _ATTR = re.compile(r"""(?<![\w-])([\w-]+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""")
 
 
@@ -95,6 +101,29 @@ def post_quotes(cooked: str, raw: str | None) -> tuple[Quote, ...]:
 def quotes_user(cooked: str, raw: str | None, usernames: Collection[str]) -> bool:
     """Does the post quote one of ``usernames`` (lower case)?"""
     return any(q.username is not None and q.username.lower() in usernames for q in post_quotes(cooked, raw))
+
+
+def quoted_lines(raw: str) -> tuple[str, ...]:
+    """The lines inside the ``[quote]`` blocks of ``raw`` (nested ones too), each normalised with
+    :func:`plain` and at least ``MIN_QUOTED_CHARS`` long: what the member has already read."""
+    if "[" not in raw:
+        return ()
+    depth = 0
+    lines: list[str] = []
+    for part in _RAW_TAG.split(raw):
+        if _RAW_TAG.fullmatch(part):
+            depth = max(0, depth - 1) if part[1] == "/" else depth + 1
+        elif depth:
+            lines.extend(line for line in map(plain, part.splitlines()) if len(line) >= MIN_QUOTED_CHARS)
+    return tuple(dict.fromkeys(lines))
+
+
+def plain(text: str) -> str:
+    """``text`` without citation links (``[1](url)``; other links keep their text), code marks,
+    emphasis and bullets, spaces collapsed, case folded: a sentence compares equal however a reply
+    formatted it."""
+    unlinked = _LINK.sub(lambda m: "" if m.group(1).strip().isdigit() else m.group(1), text)
+    return _SPACE.sub(" ", _NOISE.sub("", unlinked)).strip(" ,;").casefold()
 
 
 def _parse_params(params: str) -> Quote:

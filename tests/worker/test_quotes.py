@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from worker.quotes import Quote, cooked_quotes, post_quotes, quote_attrs, quotes_user, raw_quotes
+from worker.quotes import (
+    Quote,
+    cooked_quotes,
+    plain,
+    post_quotes,
+    quote_attrs,
+    quoted_lines,
+    quotes_user,
+    raw_quotes,
+)
 
 # discourse-markdown-it/src/features/quotes.js: the aside of an attributed quote, then an unattributed one.
 COOKED = (
@@ -44,3 +53,37 @@ def test_post_quotes_prefers_cooked_and_quotes_user_is_case_blind() -> None:
     assert post_quotes("", '[quote="CiteBot, post:3, topic:7"]x[/quote]') == (Quote("CiteBot", 7, 3),)
     assert quotes_user("", '[quote="CiteBot, post:3, topic:7"]x[/quote]', {"citebot"})
     assert not quotes_user(COOKED, None, {"citebot"})
+
+
+def test_quoted_lines_are_what_the_member_has_read() -> None:
+    raw = (
+        '[quote="citebot, post:3, topic:12"]\nHere is what the forum\'s posts say:\n\n'
+        "- Add a precision qualifier, `mediump float` fixes it. [1](http://f/t/s/10/2)\n[/quote]\n\n"
+        "That did not work, [quote]short[/quote] any other idea?"
+    )
+    assert quoted_lines(raw) == (
+        "here is what the forum's posts say:",
+        "add a precision qualifier, mediump float fixes it.",
+    )
+    assert quoted_lines("no quote at all") == ()
+    assert plain("- Add a precision qualifier, mediump float fixes it. [[1]]").startswith(
+        "add a precision qualifier, mediump float fixes it."
+    )
+
+
+def test_what_the_member_quoted_is_not_handed_back() -> None:
+    from tests.worker.generation.conftest import make_source
+    from worker.pipeline import _unquoted
+
+    quoted = quoted_lines("[quote]\n- Add a precision qualifier, `mediump float` fixes it. [1](u)\n[/quote]")
+    again = make_source(1, "Shader", "Add a precision qualifier, mediump float fixes it. On GLES only.")
+    question = make_source(
+        2,
+        "Shader",
+        "It fails on Android.",
+        context=("#2: Add a precision qualifier, mediump float fixes it.",),
+    )
+    other = make_source(3, "Shader", "Set highp in the fragment shader instead.")
+    kept = _unquoted([again, question, other], quoted)
+    assert [s.n for s in kept] == [2, 3]
+    assert kept[0].context == ()
