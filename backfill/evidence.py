@@ -3,9 +3,13 @@
 The index holds what the forum *knows*, never what it is asking. A post is left out when:
 
 - its author is the bot (``bot_author``): the bot never cites its own replies, nor its "I don't know";
-- it is addressed to the bot (``addressed_to_bot``): it mentions ``@bot`` outside quotes and code, or it
-  replies to one of the bot's posts. Such a post is a question (or a remark) for the bot, and indexing
-  it made the bot cite a member's question as the answer to the next member who asked the same;
+- it is addressed to the bot (``addressed_to_bot``): it mentions ``@bot`` outside quotes and code, it
+  replies to one of the bot's posts, or it quotes one (``worker.quotes``). Such a post is a question
+  (or a remark) for the bot, and indexing it made the bot cite a member's question as the answer to
+  the next member who asked the same; a post that quotes the bot carries the bot's own words, which
+  are never evidence. Reading the quote is also how a quote-reply to the bot is recognised: Discourse
+  serializes a reply that quotes its parent without ``reply_to_user`` (``suppress_reply_when_quoting``,
+  on by default; ``PostSerializer#include_reply_to_user?``), so ``reply_to_username`` is empty there;
 - it is a topic's first post that no one has answered yet (``open_question``): none of the topic's
   other posts is evidence by the rules above. Once a reply that is evidence exists, the first post is
   indexed as the context of its answers (a resolved question stays findable by its wording);
@@ -28,6 +32,7 @@ from collections.abc import Collection
 
 from backfill.sources import SourcePost
 from worker.addressing import cooked_mentions, mentions
+from worker.quotes import quotes_user
 
 # One page of Discourse's post stream (``GET /t/{id}.json`` serves the first 20 posts).
 REPLY_WINDOW = 20
@@ -89,11 +94,14 @@ def _own_ineligibility(
 
 
 def addressed_to(post: SourcePost, usernames: Collection[str]) -> bool:
-    """The post mentions one of ``usernames`` where Discourse would notify them, or replies to one of
-    their posts: the same reading as the webhook's (``worker.addressing``; the cooked HTML decides
-    when there is one, else the raw Markdown)."""
+    """The post mentions one of ``usernames`` where Discourse would notify them, replies to one of
+    their posts, or quotes one: the webhook's reading of a mention (``worker.addressing``; the cooked
+    HTML decides when there is one, else the raw Markdown), and the quote that stands for a
+    quote-reply's missing ``reply_to_user`` (``worker.quotes``)."""
     names = {u.lower() for u in usernames}
     if post.reply_to_username is not None and post.reply_to_username.lower() in names:
+        return True
+    if quotes_user(post.cooked, post.raw, names):
         return True
     if post.cooked:
         return any(cooked_mentions(post.cooked, name) for name in names)

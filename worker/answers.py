@@ -271,6 +271,17 @@ def cited_posts(sources: Any, trace: Any) -> tuple[int, ...]:
     return tuple(by_n[n] for n in numbers if isinstance(n, int) and n in by_n)
 
 
+def cited_by_reply(conn: psycopg.Connection[Any], topic_id: int, post_numbers: Collection[int]) -> set[int]:
+    """The post ids that the bot's replies at ``post_numbers`` of ``topic_id`` cited (``cited_posts``)."""
+    if not post_numbers:
+        return set()
+    rows = conn.execute(
+        "SELECT sources, trace FROM answers WHERE topic_id = %s AND reply_post_number = ANY(%s)",
+        (topic_id, list(post_numbers)),
+    ).fetchall()
+    return {post_id for sources, trace in rows for post_id in cited_posts(sources, trace)}
+
+
 def recent(
     conn: psycopg.Connection[Any],
     state: AnswerState | None = None,

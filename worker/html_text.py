@@ -1,9 +1,12 @@
 """Cooked HTML → plain text for embedding, with deliberate choices about quotes, code and media.
 
-- ``<aside class="quote">`` (a quote of another forum post) is DROPPED: the quoted post is indexed on its
-  own, and keeping the quote would make a reply match the question it quotes (the seed measured that
-  adding another post's text to a post costs retrieval points). A plain ``<blockquote>`` (a member
-  quoting documentation or an error message) is kept.
+- ``<aside class="quote">`` quoting a forum post (``data-topic`` and ``data-post``, ``worker.quotes``) is
+  DROPPED: the quoted post is indexed on its own and is the one cited for its words, and keeping the
+  quote would make a reply match the question it quotes (the seed measured that adding another post's
+  text to a post costs retrieval points). A quote that names no post (an unattributed ``[quote]``,
+  ``[quote=name]``: text pasted from elsewhere, "[quote]…[/quote] works, thanks") is KEPT without its
+  attribution line, like a plain ``<blockquote>`` (documentation, an error message): the post is its
+  only place in the forum, so dropping it lost the answer.
 - ``<pre>`` code blocks are KEPT but each is clipped to ``CODE_BLOCK_CHARS`` characters: the first
   lines of code carry the identifiers people search for, and a 300-line dump would otherwise eat the
   whole token budget. Inline ``<code>`` is kept as is.
@@ -18,6 +21,8 @@ from __future__ import annotations
 import re
 from html import unescape
 from html.parser import HTMLParser
+
+from worker.quotes import quote_attrs
 
 CODE_BLOCK_CHARS = 600
 _BLOCK = frozenset(
@@ -42,7 +47,7 @@ class _TextParser(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self._skip_depth = 0  # >0 while inside a dropped subtree
-        self._stack: list[tuple[str, bool]] = []  # (tag, opened a skip)
+        self._stack: list[tuple[str, bool, bool]] = []  # (tag, opened a skip, is a kept quote)
         self._code: list[str] | None = None
         self._code_depth = 0
 
@@ -55,12 +60,19 @@ class _TextParser(HTMLParser):
         for name, value in attrs:
             if name == "class" and value:
                 classes = value
+        names = classes.split()
+        quote = None
+        if tag == "aside" and "quote" in names:
+            quote = quote_attrs(" ".join(f'{k}="{v or ""}"' for k, v in attrs if '"' not in (v or "")))
+        # a kept quote's attribution line (" name:") is not the quoted text
+        title = tag == "div" and "title" in names and bool(self._stack) and self._stack[-1][2]
         skip = (
             tag in _DROP
-            or (tag == "aside" and "quote" in classes.split())
-            or (tag == "div" and "meta" in classes.split())
+            or (quote is not None and quote.of_post)
+            or (tag == "div" and "meta" in names)
+            or title
         )
-        self._stack.append((tag, skip))
+        self._stack.append((tag, skip, quote is not None and not skip))
         if skip:
             self._skip_depth += 1
             return
@@ -78,7 +90,7 @@ class _TextParser(HTMLParser):
         # Pop to the matching open tag (cooked HTML is well formed; stray end tags are ignored).
         for i in range(len(self._stack) - 1, -1, -1):
             if self._stack[i][0] == tag:
-                for _name, skip in self._stack[i:]:
+                for _name, skip, _quote in self._stack[i:]:
                     if skip:
                         self._skip_depth -= 1
                 del self._stack[i:]

@@ -50,13 +50,16 @@ from worker import answers
 from worker.domain import Completion, Delivery, ForumPost, ForumTopic, PendingPost, Source, Zone
 from worker.errors import CitebotError, HeldError, NotFoundError, PermanentError, TransientError
 from worker.flags import FlagReader, Flags, FlagState, SummonRules
-from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, Prompt, build_prompt
+from worker.generation import Prompt, build_prompt
+from worker.generation.offline import closest_topics, offline_label
+from worker.generation.wording import LANGUAGE_NAMES, Place, place_of
 from worker.html_text import html_to_text
 from worker.limits import LimitDecision, RateLimiter
 from worker.members import MemberDirectory
 from worker.metrics import FALLBACKS, JOBS, STAGE_SECONDS, ZONES
 from worker.protocols import ChatModel, Forum
 from worker.question import Question, pointed_posts, read_question
+from worker.quotes import plain, post_quotes, quoted_lines
 from worker.recheck import Recheck, SourceCheck
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.route import Route
@@ -246,7 +249,10 @@ class AnswerPipeline:
         # The member's own words say what is asked, in which language, and whether it is refused; the
         # conversation around them only helps find the answer.
         words = asked.own or question
-        trace.info["language"] = detect_language(words)
+        language = detect_language(words)
+        trace.info["language"] = language
+        place = place_of(post)
+        trace.info["place"] = place
 
         # stage 0: the gate, its rules and its embedding layer; either refuses the same way
         screen = self._screen(words, flags, trace)
@@ -270,14 +276,17 @@ class AnswerPipeline:
 
         # stages 1–3: retrieval
         with self._stage(trace, "retrieve_total"):
+            # what the member quoted is not evidence of the answer: they have read it (worker/quotes.py)
+            quoted = _quoted_post_ids(conn, post, topic)
             result = self.retriever.retrieve(
                 question,
-                exclude_post_ids=(post_id, *asked.already_cited),
+                exclude_post_ids=(post_id, *asked.already_cited, *quoted),
                 route=Route(posts=flags.posts_pipeline, ranker="auto" if flags.rerank else "fused"),
                 trace=trace,
                 query_vector=vector if words == question else None,
                 embed_error=screen.embed_error,
             )
+        result = replace(result, sources=_unquoted(result.sources, quoted_lines(post.raw or "")))
         for fb in result.trace.fallbacks:
             FALLBACKS.labels(fb["stage"], fb["reason"].split(":")[0][:40]).inc()
         answers.transition(
@@ -296,8 +305,9 @@ class AnswerPipeline:
         post_sources = result.grain == "post" or result.legacy
         grain: LinkGrain = "post" if (flags.post_links and post_sources) else "topic"
         source_grain: LinkGrain = "post" if result.grain == "post" else "topic"
+        said = (place, language)
         prompt, completion, clean = self._write(
-            question, result.sources, result.zone, result.floor, grain, trace
+            question, result.sources, result.zone, result.floor, grain, trace, said
         )
         with self._stage(trace, "recheck") as st:
             check = self._recheck(prompt.sources_used, source_grain)
@@ -312,10 +322,12 @@ class AnswerPipeline:
             trace.fallback("recheck", "dropped " + "; ".join(f"{p}: {why}" for p, why in check.dropped))
             FALLBACKS.labels("recheck", "source_not_visible").inc()
             zone: Zone = prompt.zone if check.kept else "abstain"
-            prompt, completion, clean = self._write(question, check.kept, zone, result.floor, grain, trace)
+            prompt, completion, clean = self._write(
+                question, check.kept, zone, result.floor, grain, trace, said
+            )
         reply = clean.text
         if completion.offline:
-            reply = f"{reply}\n\n{OFFLINE_FOOTER if clean.cited else OFFLINE_NOTE}"
+            reply = f"{reply}\n\n{offline_label(language, bool(clean.cited))}"
         # What is recorded is what is posted: a reply that cites nothing is an "I don't know", zone
         # abstain (state ``abstained``), whatever zone the evidence had.
         zone = prompt.zone if clean.cited else "abstain"
@@ -344,9 +356,15 @@ class AnswerPipeline:
         floor: float | None,
         grain: LinkGrain,
         trace: Trace,
+        said: tuple[Place, str] = ("new_topic", "en"),
     ) -> tuple[Prompt, Completion, SanitizeResult]:
         """Stage 4 (prompt + LLM) and stage 5 (sanitize) over ``sources``; raises PermanentError when
-        the sanitizer cannot make the reply safe (nothing is posted)."""
+        the sanitizer cannot make the reply safe (nothing is posted).
+
+        ``said`` is where the member asked and the question's language (the reply's wording,
+        ``worker.generation.wording``). A weak-zone reply that cites nothing gets the closest topics,
+        cited, rather than a bare "I found nothing"."""
+        place, language = said
         with self._stage(trace, "prompt") as st:
             prompt = build_prompt(
                 question,
@@ -355,6 +373,8 @@ class AnswerPipeline:
                 bot_name=self.settings.discourse.bot_username,
                 token_budget=self.settings.llm.context_tokens,
                 floor=floor,
+                place=place,
+                language=LANGUAGE_NAMES[language] if language != "en" else None,
             )
             st.info.update(prompt.trace())
         with self._stage(trace, "generate") as st:
@@ -365,13 +385,12 @@ class AnswerPipeline:
             st.counts["completion_tokens"] = completion.usage.completion_tokens
         with self._stage(trace, "sanitize") as st:
             evidence = [s.as_evidence() for s in prompt.sources_used]
-            clean = sanitize(
-                completion.text,
-                evidence,
-                links=grain,
-                base_url=self.settings.discourse.base_url,
-                allow_canned=False,
-            )
+            base = self.settings.discourse.base_url
+            clean = sanitize(completion.text, evidence, links=grain, base_url=base, allow_canned=False)
+            if clean.ok and not clean.cited and prompt.zone == "weak" and prompt.sources_used:
+                text = f"{completion.text}\n\n{closest_topics(prompt.sources_used, language, place)}"
+                clean = sanitize(text, evidence, links=grain, base_url=base, allow_canned=False)
+                st.info["closest_topics"] = True
             st.info["reasons"] = list(clean.reasons)
             st.info["cited"] = list(clean.cited)
             st.info["dropped"] = list(clean.dropped)
@@ -742,6 +761,37 @@ class AnswerPipeline:
         out = trace.to_dict()
         out.update(extra)
         return out
+
+
+def _quoted_post_ids(conn: psycopg.Connection[Any], post: ForumPost, topic: ForumTopic) -> tuple[int, ...]:
+    """The posts ``post`` quotes from its own topic (those of the page read), and the sources of the
+    bot's replies among them: a member who quotes the bot's answer has read what it cited."""
+    numbers = {
+        q.post_number
+        for q in post_quotes(post.cooked, post.raw)
+        if q.of_post and q.topic_id == post.topic_id and q.post_number is not None
+    }
+    if not numbers:
+        return ()
+    ids = {p.id for p in topic.posts if p.post_number in numbers}
+    ids |= answers.cited_by_reply(conn, post.topic_id, numbers)
+    return tuple(sorted(ids - {post.id}))
+
+
+def _unquoted(sources: Sequence[Source], quoted: Sequence[str]) -> tuple[Source, ...]:
+    """``sources`` without what the member quoted: a source whose excerpt holds a quoted line is left
+    out, a nearby-post line holding one is dropped (the bot's earlier answer quoted a topic's reply
+    that now comes back as the context of its question)."""
+    if not quoted:
+        return tuple(sources)
+
+    def seen(text: str) -> bool:
+        flat = plain(text)
+        return any(line in flat for line in quoted)
+
+    return tuple(
+        replace(s, context=tuple(c for c in s.context if not seen(c))) for s in sources if not seen(s.excerpt)
+    )
 
 
 def _failure_reason(why: str) -> str:

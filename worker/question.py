@@ -40,7 +40,7 @@ from worker.addressing import drop_bbcode_blocks, mention_pattern
 from worker.domain import ForumPost, ForumTopic
 from worker.errors import NotFoundError
 from worker.html_text import html_to_text
-from worker.quotes import markdown_quotes, raw_quotes
+from worker.quotes import markdown_quotes, quote_blocks, raw_quotes
 from worker.retrieval.stopwords import STOP_WORDS
 
 Shape = Literal["direct", "new_topic", "reply", "follow_up"]
@@ -301,8 +301,9 @@ def read_question(
     raw = post.raw if post.raw is not None else html_to_text(post.cooked)
     quoted = [
         q.text
-        for q in raw_quotes(raw)
-        if q.username.lower() != bot and not (q.topic_id in (None, topic.id) and q.post_number in bot_numbers)
+        for q in quote_blocks(raw)
+        if (q.username or "").lower() != bot
+        and not (q.topic_id in (None, topic.id) and q.post_number in bot_numbers)
     ]
     quoted += markdown_quotes(drop_bbcode_blocks(raw, frozenset({"quote", "code"})))
     title = topic.title or post.topic_title

@@ -39,6 +39,7 @@ from worker.errors import ConfigError
 from worker.retrieval.keyword import PostgresTermStats, TermSelector
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.route import Route
 from worker.settings import RerankerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,7 +187,9 @@ def main(argv: list[str]) -> int:
                     hits += bool(set(q["gold_topic_ids"]) & {s.topic_id for s in result.sources})
                     fallbacks += len(result.trace.fallbacks)
                     t0 = time.perf_counter()
-                    retriever.retrieve(q["question"], exclude_post_ids=q["exclude_post_ids"], use_posts=False)
+                    retriever.retrieve(
+                        q["question"], exclude_post_ids=q["exclude_post_ids"], route=Route(posts=False)
+                    )
                     legacy.append((time.perf_counter() - t0) * 1000)
 
     mean_total = float(np.mean(totals))

@@ -17,6 +17,13 @@ QUOTED_MENTION = (
     "@citebot</a> how do I load a model?</p></blockquote></aside><p>Use ResourceCache.</p>"
 )
 
+BOT_QUOTE = (
+    '<aside class="quote no-group" data-username="citebot" data-post="3" data-topic="7">\n'
+    '<div class="title">\n<div class="quote-controls"></div>\n citebot:</div>\n'
+    "<blockquote>\n<p>Use ResourceCache.</p>\n</blockquote>\n</aside>\n"
+    "<p>That did not work, any other idea?</p>"
+)
+
 
 def first_post(replies: tuple[SourcePost, ...] | None, **fields: object) -> SourcePost:
     return dataclasses.replace(make_post(1001, 7, **fields), post_number=1, replies=replies)  # type: ignore[arg-type]
@@ -39,6 +46,12 @@ def reply(post_id: int, **fields: object) -> SourcePost:
         ({"cooked": '<p><a class="mention" href="/u/al">@al</a> thanks</p>'}, False),
         ({"reply_to_username": "CiteBot"}, True),  # a reply to one of the bot's posts
         ({"reply_to_username": "al"}, False),
+        # A quote-reply to the bot: Discourse leaves ``reply_to_user`` out (suppress_reply_when_quoting),
+        # the quote of the bot's post says whom it answers (cooked as quotes.js writes it, or raw).
+        ({"cooked": BOT_QUOTE, "reply_to_post_number": 3}, True),
+        ({"raw": '[quote="CiteBot, post:3, topic:7"]\nUse X.\n[/quote]\nDid not work', "cooked": ""}, True),
+        ({"cooked": BOT_QUOTE.replace("citebot", "al")}, False),  # quoting a member is not addressing
+        ({"cooked": '<aside class="quote no-group"><blockquote><p>x</p></blockquote></aside>'}, False),
     ],
 )
 def test_addressed_to_the_bot(fields: dict[str, object], addressed: bool) -> None:

@@ -47,6 +47,18 @@ QUOTE = (
         ),
         ("<p>x</p><script>alert(1)</script>", "x"),
         (QUOTE, ""),
+        # An answer pasted in an unattributed quote is the post's own evidence (nowhere else indexed).
+        (
+            '<aside class="quote no-group">\n<blockquote>\n<p>Set highp in the shader.</p>\n</blockquote>\n'
+            "</aside>\n<p>works, thanks</p>",
+            "Set highp in the shader.\nworks, thanks",
+        ),
+        (
+            '<aside class="quote no-group" data-username="bob">\n<div class="title">\n'
+            '<div class="quote-controls"></div>\n bob:</div>\n<blockquote>\n<p>From chat.</p>\n'
+            "</blockquote>\n</aside>",
+            "From chat.",
+        ),
     ],
 )
 def test_html_to_text(cooked: str, expected: str) -> None:

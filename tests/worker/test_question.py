@@ -14,7 +14,7 @@ from worker.question import (
     stands_alone,
     thread_question,
 )
-from worker.quotes import Quote, markdown_quotes, raw_quotes
+from worker.quotes import Quote, markdown_quotes, quote_blocks
 from worker.testing.forum import FakeForum
 
 
@@ -146,15 +146,15 @@ def test_thread_question_shapes() -> None:
     assert (reply.shape, reply.opening, reply.replied_to) == ("reply", thread[0], thread[1])
 
 
-def test_raw_quotes_read_who_and_which_post_and_skip_code() -> None:
+def test_quote_blocks_read_who_and_which_post_and_skip_code() -> None:
     raw = (
         '[quote="Bob Smith, post:3, topic:42, username:bob"]\nuse the old API\n'
         "[quote]inner[/quote]\n[/quote]\n[code][quote=x]not a quote[/quote][/code]\n"
         "[quote=carol]plain[/quote] and [quote]unclosed"
     )
-    assert raw_quotes(raw) == [
-        Quote("bob", 3, 42, "use the old API\n[quote]inner[/quote]"),
-        Quote("carol", None, None, "plain"),
+    assert quote_blocks(raw) == [
+        Quote("bob", topic_id=42, post_number=3, text="use the old API\n[quote]inner[/quote]"),
+        Quote("carol", text="plain"),
     ]
     assert markdown_quotes("> error: precision\n> line two\ntext\n>\n> other") == [
         "error: precision\nline two",

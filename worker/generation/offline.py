@@ -14,7 +14,10 @@ in the sources' order (``[[1]]`` before ``[[3]]``, as a reader expects), and cit
 
 It can only cite numbers present in the evidence it was given, so it never invents a source; sources
 scored below the zone's floor never reach it (``build_prompt(floor=...)``). Its own sentences are
-French for a question written in French, else English (the quotes stay as written). Replies carry
+French for a question written in French, else English (the quotes stay as written), and fit the place
+the member asked from (``worker.generation.wording``; the prompt's evidence line says which). When no
+source holds a sentence to quote, it lists the closest topics by title, cited, instead of "I found
+nothing". Replies carry
 ``Completion.offline = True``; the pipeline appends :data:`OFFLINE_FOOTER` so readers know.
 
 ``complete(messages)`` reads the fenced evidence block that :func:`~worker.generation.prompt.build_prompt`
@@ -31,59 +34,29 @@ from typing import cast
 
 import regex
 
+from gate import detect_language
 from worker.domain import Completion, Source, Zone
 from worker.generation import fence
+from worker.generation.wording import PLACES, Place, Wording, wording
 
 OFFLINE_MODEL = "offline-extractive"
-OFFLINE_FOOTER = "_Assembled offline without a language model: sentences quoted from the cited posts._"
-OFFLINE_NOTE = "_Written offline, without a language model._"
-"""The label of an offline reply that cites nothing (an abstention)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Phrases:
-    """The fixed sentences of an offline reply, in one language."""
-
-    abstain: str
-    normal_intro: str
-    weak_intro: str
-    weak_outro: str
-
-
-ENGLISH = Phrases(
-    abstain="I don't know: I found nothing in the forum's history that answers this. To ask the forum, "
-    "open a new topic with a clear title, what you tried, and the exact error messages and versions, so "
-    "that members can help.",
-    normal_intro="Here is what the forum's posts say:",
-    weak_intro="The forum's evidence on this is weak: no post answers it clearly. The closest posts say:",
-    weak_outro="If this does not help, ask the forum in a new topic with the details of what you tried.",
-)
-FRENCH = Phrases(
-    abstain="Je ne sais pas : je n'ai rien trouvé dans l'historique du forum qui réponde à cette question. "
-    "Pour demander au forum, ouvrez un nouveau sujet avec un titre clair, ce que vous avez essayé, et les "
-    "messages d'erreur et versions exacts, pour que les membres puissent aider.",
-    normal_intro="Voici ce que disent les messages du forum :",
-    weak_intro="Les éléments du forum sont faibles : aucun message n'y répond clairement. Les plus proches "
-    "disent :",
-    weak_outro="Si cela ne suffit pas, demandez au forum dans un nouveau sujet en précisant ce que vous avez "
-    "essayé.",
-)
+ENGLISH = wording("en")
+FRENCH = wording("fr")
+OFFLINE_FOOTER = ENGLISH.offline_footer
+OFFLINE_NOTE = ENGLISH.offline_note
+"""The English label of an offline reply that cites nothing (an abstention); ``offline_label`` picks."""
 ABSTAIN_TEXT = ENGLISH.abstain
-_FRENCH_TEXT = (
-    "le la les des une est pour comment je j pas que qui dans avec sur mon ma mes quel quelle faire \
-peut puis ce cette ne n il du au aux"
-)
-_ENGLISH_TEXT = "the is how to and what for in with my do i can it of a an this that"
-_FRENCH_WORDS = frozenset(_FRENCH_TEXT.split())
-_ENGLISH_WORDS = frozenset(_ENGLISH_TEXT.split())
 
 
-def phrases_for(question: str) -> Phrases:
-    """French phrases for a question with more French than English function words, else English."""
-    words = [w.casefold() for w in _WORD.findall(question)]
-    french = sum(w in _FRENCH_WORDS for w in words)
-    english = sum(w in _ENGLISH_WORDS for w in words)
-    return FRENCH if french > english else ENGLISH
+def phrases_for(question: str, place: Place = "new_topic") -> Wording:
+    """The sentences for the question's language (``gate.detect_language``) at ``place``."""
+    return wording(detect_language(question), place)
+
+
+def offline_label(language: str, cited: bool) -> str:
+    """The label the pipeline appends to an offline reply, in the question's language."""
+    said = wording(language)
+    return said.offline_footer if cited else said.offline_note
 
 
 _NEARBY = re.compile(r"#(\d+): (.*)", re.DOTALL)
@@ -91,7 +64,9 @@ _POST_LINE = re.compile(r"Post: #(\d+), ")
 # A word that reads as code: a call, a template argument, a member or scope access, an assignment.
 _CODE_WORD = re.compile(r"[\w)\]]<\w|\w\(|::|->|[{};=]|\w\.\w+\(")
 _EDGE_PUNCT = ".,;:!?\"'"
-_EVIDENCE = re.compile(r"<<<EVIDENCE zone=(normal|weak|abstain) id=([0-9a-f]{8,64})>>>")
+_EVIDENCE = re.compile(
+    r"<<<EVIDENCE zone=(normal|weak|abstain)(?: place=(new_topic|reply|pm))? id=([0-9a-f]{8,64})>>>"
+)
 _WORD = regex.compile(r"\w+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _BULLET = re.compile(r"^\s*(?:[-*+>•]|\d+[.)])\s+")
@@ -181,7 +156,8 @@ class OfflineGenerator:
         found = _EVIDENCE.search(user)
         if found is None:
             return self._answer(user, [], "abstain")
-        zone, token = cast(Zone, found.group(1)), re.escape(found.group(2))
+        zone, token = cast(Zone, found.group(1)), re.escape(found.group(3))
+        place = cast(Place, found.group(2)) if found.group(2) in PLACES else "new_topic"
         evidence = []
         pattern = rf"<<<SOURCE \[\[(\d+)\]\] id={token}>>>\n(.*?)\n<<<END SOURCE \[\[\1\]\] id={token}>>>"
         for m in re.finditer(pattern, user, flags=re.DOTALL):
@@ -201,10 +177,12 @@ class OfflineGenerator:
                 )
             )
         q = re.search(rf"<<<QUESTION id={token}>>>\n(.*?)\n<<<END QUESTION id={token}>>>", user, re.DOTALL)
-        return self._answer(q.group(1) if q else "", evidence, zone)
+        return self._answer(q.group(1) if q else "", evidence, zone, place)
 
-    def complete_from(self, question: str, sources: Sequence[Source], zone: Zone) -> Completion:
-        """Answer from structured sources (best first)."""
+    def complete_from(
+        self, question: str, sources: Sequence[Source], zone: Zone, place: Place = "new_topic"
+    ) -> Completion:
+        """Answer from structured sources (best first), as asked at ``place``."""
         evidence = [
             _Evidence(
                 s.n,
@@ -215,10 +193,12 @@ class OfflineGenerator:
             )
             for s in sources
         ]
-        return self._answer(question, evidence, zone)
+        return self._answer(question, evidence, zone, place)
 
-    def _answer(self, question: str, evidence: Sequence[_Evidence], zone: Zone) -> Completion:
-        say = phrases_for(question)
+    def _answer(
+        self, question: str, evidence: Sequence[_Evidence], zone: Zone, place: Place = "new_topic"
+    ) -> Completion:
+        say = phrases_for(question, place)
         if zone == "abstain" or not evidence:
             return Completion(text=say.abstain, model=OFFLINE_MODEL, offline=True)
         wanted = _stems(question)
@@ -235,7 +215,9 @@ class OfflineGenerator:
         if not picks:
             first = next(((s.n, found) for s in evidence if (found := _sentences(s.answer_text()))), None)
             if first is None:
-                return Completion(text=say.abstain, model=OFFLINE_MODEL, offline=True)
+                # Nothing to quote ("works, thanks" under a title that matches): the closest topics
+                # are still worth a link, never an "I found nothing".
+                return Completion(text=_closest(say, evidence), model=OFFLINE_MODEL, offline=True)
             picks = [(0.0, 0, first[1][0], first[0])]
         # The best few by overlap, then in the sources' reading order.
         chosen = sorted(sorted(picks)[:MAX_POINTS], key=lambda pick: pick[1])
@@ -243,3 +225,22 @@ class OfflineGenerator:
         intro = say.weak_intro if zone == "weak" else say.normal_intro
         parts = [intro, "\n".join(points)] + ([say.weak_outro] if zone == "weak" else [])
         return Completion(text="\n\n".join(parts), model=OFFLINE_MODEL, offline=True)
+
+
+def closest_topics(sources: Sequence[Source], language: str, place: Place = "new_topic") -> str:
+    """The closest topics by title, each cited with its ``[[n]]``, in ``language`` at ``place``: what a
+    weak-zone reply that cites nothing gets instead of a bare "I found nothing"."""
+    evidence = [_Evidence(s.n, fence.one_line(s.title), "") for s in sources]
+    return _closest(wording(language, place), evidence)
+
+
+def _closest(say: Wording, evidence: Sequence[_Evidence]) -> str:
+    """The closest topics by title, each cited, for evidence that holds no sentence to quote."""
+    seen: set[str] = set()
+    lines = []
+    for source in evidence[:SOURCES_READ]:
+        title = source.title.strip()
+        if title and title.casefold() not in seen:
+            seen.add(title.casefold())
+            lines.append(f"- {code_spans(title)} [[{source.n}]]")
+    return "\n\n".join([say.closest, "\n".join(lines[:MAX_POINTS]), say.weak_outro])

@@ -22,6 +22,7 @@ from worker.domain import Source, Zone
 from worker.errors import ConfigError
 from worker.generation import fence
 from worker.generation.prompt_templates import PromptTemplates, load_templates
+from worker.generation.wording import Place, ask_forum
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +85,14 @@ def _source_block(source: Source, token: str, cap: int | None, with_context: boo
     return fence.block("SOURCE", token, "\n".join(lines), label=f"[[{source.n}]]")
 
 
-def _evidence(zone: Zone, sources: Sequence[Source], token: str, cap: int | None, ctx: bool) -> str:
+def _evidence(
+    zone: Zone, place: Place, sources: Sequence[Source], token: str, cap: int | None, ctx: bool
+) -> str:
     if zone == "abstain" or not sources:
         body = "(no sources)"
     else:
         body = "\n".join(_source_block(s, token, cap, ctx) for s in sources)
-    return fence.block("EVIDENCE", token, body, label=f"zone={zone}")
+    return fence.block("EVIDENCE", token, body, label=f"zone={zone} place={place}")
 
 
 class _Builder:
@@ -100,8 +103,10 @@ class _Builder:
         question_block: str,
         token: str,
         count: TokenCounter,
+        place: Place,
     ) -> None:
         self.templates = templates
+        self.place = place
         self.question_block = question_block
         self.token = token
         self.count = count
@@ -109,9 +114,11 @@ class _Builder:
         self.fixed = count(system) + 2 * MESSAGE_OVERHEAD_TOKENS
 
     def user(self, zone: Zone, sources: Sequence[Source], cap: int | None, ctx: bool) -> str:
-        evidence = _evidence(zone, sources, self.token, cap, ctx)
+        evidence = _evidence(zone, self.place, sources, self.token, cap, ctx)
         return (
-            self.templates.evidence(zone).substitute(evidence=evidence).rstrip()
+            self.templates.evidence(zone)
+            .substitute(evidence=evidence, ask_forum=ask_forum(self.place))
+            .rstrip()
             + "\n\n"
             + self.question_block
         )
@@ -144,8 +151,13 @@ def build_prompt(
     token: str | None = None,
     min_excerpt_chars: int = 160,
     floor: float | None = None,
+    place: Place = "new_topic",
 ) -> Prompt:
     """Assemble the prompt of one answer; ``sources`` are best first and keep their own ``n``.
+
+    ``place`` is where the member asked (``worker.generation.wording``): the weak and abstain blocks tell
+    the model how to send the member to the forum from there, and the evidence line carries it for the
+    offline generator. ``language`` (a language's name) makes the model answer in it.
 
     ``floor`` (the retrieval's ``RetrievalResult.floor``) leaves out every source scored below it: a
     source the calibration does not count as evidence of the zone is neither shown nor citable.
@@ -169,7 +181,9 @@ def build_prompt(
     cap_chars = max(token_budget // 4, 16) * 4
     if count(text) > token_budget // 4:
         text, truncated = _cut(text, cap_chars), True
-    builder = _Builder(templates, system, _question_block(templates, text, token, language), token, count)
+    builder = _Builder(
+        templates, system, _question_block(templates, text, token, language), token, count, place
+    )
 
     if not sources:
         zone = "abstain"  # no evidence is an abstention, whatever the caller's zone

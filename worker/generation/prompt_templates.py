@@ -23,8 +23,8 @@ TEMPLATE_FILES = ("system.md", "evidence_normal.md", "evidence_weak.md", "eviden
 _PLACEHOLDERS = {
     "system.md": frozenset({"bot_name", "forum_name"}),
     "evidence_normal.md": frozenset({"evidence"}),
-    "evidence_weak.md": frozenset({"evidence"}),
-    "evidence_abstain.md": frozenset({"evidence"}),
+    "evidence_weak.md": frozenset({"evidence", "ask_forum"}),
+    "evidence_abstain.md": frozenset({"evidence", "ask_forum"}),
     "question.md": frozenset({"question", "language_rule"}),
 }
 
@@ -41,7 +41,8 @@ class PromptTemplates:
     version: str
 
     def evidence(self, zone: Zone) -> string.Template:
-        """The evidence template of a zone."""
+        """The evidence template of a zone (``$evidence``; weak and abstain also ``$ask_forum``, how to
+        send the member to the forum from where they asked)."""
         if zone == "normal":
             return self.evidence_normal
         if zone == "weak":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from worker.generation.offline import (
     OFFLINE_MODEL,
     OfflineGenerator,
     code_spans,
+    offline_label,
     phrases_for,
 )
 from worker.generation.prompt import build_prompt
@@ -99,7 +101,10 @@ def test_a_question_post_without_replies_is_not_quoted() -> None:
         post_number=1,
     )
     completion = OfflineGenerator().complete_from("blocky shadows on terrain", [lone], "normal")
-    assert completion.text == ABSTAIN_TEXT
+    # nothing to quote: the topic is linked as the closest one, its question never quoted
+    assert completion.text.startswith(ENGLISH.closest)
+    assert "- Shadows [[1]]" in completion.text
+    assert "blocky on the large terrain" not in completion.text
 
 
 def test_code_keeps_its_template_arguments_through_the_sanitizer() -> None:
@@ -130,14 +135,14 @@ def test_weak_zone_says_the_evidence_is_weak(sources: list[Source]) -> None:
     text = OfflineGenerator().complete_from("shadow resolution", sources, "weak").text
     assert text.startswith("The forum's evidence on this is weak")
     assert "[[1]]" in text
-    assert text.endswith("ask the forum in a new topic with the details of what you tried.")
+    assert text.endswith(ENGLISH.weak_outro)
 
 
 def test_abstain_zone_says_it_does_not_know_and_cites_nothing(sources: list[Source]) -> None:
     completion = OfflineGenerator().complete_from("shadow resolution", sources, "abstain")
     assert completion.text == ABSTAIN_TEXT
     assert "I don't know" in completion.text
-    assert "open a new topic" in completion.text
+    assert "open a" not in completion.text  # asked in a topic of their own: no "open a new topic"
     assert cited(completion.text) == set()
     assert completion.offline is True
 
@@ -148,11 +153,30 @@ def test_no_overlap_falls_back_to_the_top_source(sources: list[Source]) -> None:
     assert "Shadow quality depends on the shadow map size. [[1]]" in text
 
 
-def test_sources_without_usable_sentences_abstain() -> None:
+def test_sources_without_usable_sentences_link_the_closest_topics() -> None:
     completion = OfflineGenerator().complete_from(
-        "q", [make_source(1, "T", "ok."), make_source(2, "T", "")], "normal"
+        "q", [make_source(1, "T", "ok."), make_source(2, "T", ""), make_source(3, "U", "thanks")], "weak"
     )
-    assert completion.text == ABSTAIN_TEXT
+    assert completion.text == f"{ENGLISH.closest}\n\n- T [[1]]\n- U [[3]]\n\n{ENGLISH.weak_outro}"
+
+
+@pytest.mark.parametrize("place", ["new_topic", "reply", "pm"])
+def test_wording_fits_the_place_and_the_language(place: str) -> None:
+    generator = OfflineGenerator()
+    english = generator.complete_from("How do I fix it?", [], "abstain", place).text  # type: ignore[arg-type]
+    french = generator.complete_from("Comment je corrige ça ?", [], "abstain", place).text  # type: ignore[arg-type]
+    assert english.startswith("I don't know")
+    assert french.startswith("Je ne sais pas")
+    # only a private message, which no member reads, sends the member to open a topic
+    assert ("open a topic" in english) is (place == "pm")
+    assert ("ouvrez un sujet" in french) is (place == "pm")
+    for place_text in (english, french):
+        assert "new topic" not in place_text
+        assert "nouveau sujet" not in place_text
+    prompt = build_prompt("Comment je corrige ça ?", [], "abstain", place=place)  # type: ignore[arg-type]
+    assert generator.complete(prompt.messages).text == french
+    assert offline_label("fr", True).startswith("_Assemblé hors ligne")
+    assert offline_label("en", False) == "_Written offline, without a language model._"
 
 
 def test_reads_the_prompt_it_is_given(sources: list[Source]) -> None:
