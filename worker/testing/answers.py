@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from worker.answers import _FIELDS, _JSON_FIELDS, STATES, UNANSWERED_STATES, Answer, AnswerState
 from worker.domain import Delivery
@@ -150,11 +151,13 @@ class FakeAnswerStore:
             row = self.rows.get(post_id)
             if row is None or row.state not in from_states:
                 return False
-            values = {k: json.loads(json.dumps(v)) if k in _JSON_FIELDS else v for k, v in fields.items()}
+            values: dict[str, Any] = {
+                k: json.loads(json.dumps(v)) if k in _JSON_FIELDS else v for k, v in fields.items()
+            }
             if "reply_post_number" in values:
                 number = values.pop("reply_post_number")
-                self._reply_numbers[post_id] = None if number is None else int(number)  # type: ignore[call-overload]
-            self.rows[post_id] = replace(row, state=to_state, updated_at=self._tick(), **values)  # type: ignore[arg-type]
+                self._reply_numbers[post_id] = None if number is None else int(number)
+            self.rows[post_id] = replace(row, state=to_state, updated_at=self._tick(), **values)
             reason = self.rows[post_id].reason
         if to_state in UNANSWERED_STATES and set(from_states) != {to_state}:
             UNANSWERED.labels(to_state, reason or "unknown").inc()
