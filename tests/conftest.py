@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -13,6 +14,7 @@ import redis as redis_lib
 
 from eval.stack.launcher import Launcher
 from eval.stack.postgres import drop_database, ensure_database
+from gate import Gate
 from tests.services import CACHE, postgres_for_tests, redis_for_tests, unavailable
 from worker.settings import Settings
 
@@ -151,3 +153,11 @@ def make_settings(db_url: str, redis_url: str, **overrides: object) -> Settings:
 @pytest.fixture
 def settings(db_url: str, redis_url: str) -> Settings:
     return make_settings(db_url, redis_url)
+
+
+@functools.cache
+def shipped_gate() -> Gate:
+    """The shipped gate (rules and lexical head), built once per test process and shared: a ``Gate`` is
+    not changed by ``check`` (a worker shares one across its threads), and each further ``Gate.load``
+    costs about 0.5 s of CPU even with its patterns cached (9 s for the first)."""
+    return Gate.load()
