@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d
 ARGS   ?=
 LOCK_VENV := .cache/lock-venv
 
-.PHONY: test lint typecheck pytest venv services demo clean lock mpnet
+.PHONY: test test-fast lint typecheck pytest venv services demo clean lock mpnet
 
 $(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
@@ -36,6 +36,13 @@ pytest: services
 	$(BIN)/pytest
 
 test: lint typecheck pytest
+
+# The unit tier: every test that needs no service (no PostgreSQL, no Redis) and is not marked slow, in
+# under two minutes. A test that asks for a service is in the integration tier whatever its marks
+# (tests/conftest.py); `make test` runs both tiers against the real services, and CI runs `make test`.
+FAST_MARKS := not integration and not slow
+test-fast: venv
+	$(BIN)/pytest -m "$(FAST_MARKS)" -p no:cacheprovider $(ARGS)
 
 demo: venv services
 	$(BIN)/python -m eval.demo $(ARGS)

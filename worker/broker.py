@@ -14,6 +14,7 @@ from dramatiq.middleware import (
     AgeLimit,
     Callbacks,
     CurrentMessage,
+    Middleware,
     Pipelines,
     Retries,
     ShutdownNotifications,
@@ -122,10 +123,11 @@ class CitebotRedisBroker(RedisBroker):
         return None
 
 
-def build_broker(redis: RedisSettings) -> CitebotRedisBroker:
-    """A Redis broker. The retry budget is not here but in each actor's options (``worker.actors``),
-    the one place it is set; ``CurrentMessage`` lets an actor body know which attempt it is."""
-    middleware = [
+def broker_middleware() -> list[Middleware]:
+    """The middleware of every citebot broker (the Redis one here, tests' ``StubBroker``). The retry
+    budget is not here but in each actor's options (``worker.actors``), the one place it is set;
+    ``CurrentMessage`` lets an actor body know which attempt it is."""
+    return [
         AgeLimit(max_age=MAX_MESSAGE_AGE_MS),
         TimeLimit(time_limit=JOB_TIME_LIMIT_MS),
         ShutdownNotifications(),
@@ -134,10 +136,14 @@ def build_broker(redis: RedisSettings) -> CitebotRedisBroker:
         Retries(),
         CurrentMessage(),
     ]
+
+
+def build_broker(redis: RedisSettings) -> CitebotRedisBroker:
+    """A Redis broker with ``broker_middleware()``."""
     return CitebotRedisBroker(
         url=redis.url,
         namespace=f"{redis.namespace}-tasks",
-        middleware=middleware,
+        middleware=broker_middleware(),
         # A killed worker's unacked messages come back after the heartbeat timeout, at the next
         # maintenance pass (74–245 s seen with the defaults; docs/reliability.md).
         heartbeat_timeout=redis.heartbeat_timeout_ms,

@@ -39,7 +39,7 @@ def _fake() -> FakeForum:
     return forum
 
 
-@pytest.fixture(params=["fake", "discourse-client"])
+@pytest.fixture(params=["fake", pytest.param("discourse-client", marks=pytest.mark.integration)])
 def forum(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Forum]:
     if request.param == "fake":
         yield _fake()

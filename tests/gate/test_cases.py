@@ -105,6 +105,7 @@ def test_dev_probes() -> None:
     assert sum(p["expect"] == "block" for p in probes) >= 30
 
 
+@pytest.mark.slow
 def test_triggers_never_change_a_decision(gate: Gate) -> None:
     """Triggers only skip rules that could not hit: the same decisions without them."""
     plain = RuleSet(
@@ -122,6 +123,7 @@ def test_triggers_never_change_a_decision(gate: Gate) -> None:
         assert gate.check(text) == without.check(text), text
 
 
+@pytest.mark.slow
 def test_match_starts_never_change_a_decision(gate: Gate) -> None:
     """A rule tried only at the word starts where its matches can begin (``Rule.starts``) decides
     like the same rule scanned at every position: every labelled line, the training sets and 300

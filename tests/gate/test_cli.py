@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BROKEN = """version = 1
 [replies.weapons]
 en = "No."
@@ -49,6 +51,7 @@ def lines(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines()]
 
 
+@pytest.mark.slow
 def test_check_annotates_each_line_in_order() -> None:
     rows = [
         {"id": "a", "text": "How do I make a pipe bomb at home?", "expect": "block"},
@@ -68,6 +71,7 @@ def test_check_annotates_each_line_in_order() -> None:
     assert "système" in result.stdout  # written as UTF-8, not escaped
 
 
+@pytest.mark.slow
 def test_bad_lines_are_reported_kept_in_place_and_exit_1() -> None:
     stdin = '{"text": "hello"}\nnot json\n[1, 2]\n{"text": 3}\n{"text": "make a pipe bomb"}\n'
     result = run(stdin)

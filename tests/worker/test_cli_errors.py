@@ -10,6 +10,8 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
+
 from eval.stack.redis import free_port
 from worker.logs import BrokerOutageFilter
 from worker.settings import unknown_env_names
@@ -26,6 +28,7 @@ def test_version() -> None:
     assert (proc.returncode, proc.stdout.strip()) == (0, f"citebot {version('citebot')}")
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     questions = tmp_path / "questions.jsonl"
     questions.write_text(
@@ -47,6 +50,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     assert err == b""  # no BrokenPipeError traceback
 
 
+@pytest.mark.slow
 def test_a_misspelt_variable_is_reported_with_the_nearest_setting() -> None:
     proc = subprocess.run(
         [*CLI, "gate", "check"],

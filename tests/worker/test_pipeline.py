@@ -12,7 +12,7 @@ from pgvector import HalfVector
 from psycopg_pool import ConnectionPool
 
 from gate import Gate, GateDecision, IntentLayer, canned_text
-from tests.conftest import RedisClients, make_settings
+from tests.conftest import RedisClients, make_settings, shipped_gate
 from worker import answers
 from worker.db.connect import open_pool
 from worker.domain import Delivery
@@ -132,7 +132,7 @@ def build_world(
         pool=pool,
         forum=forum,
         flags=FlagReader(forum.get_site_settings, settings.flags),
-        gate=Gate.load(),
+        gate=shipped_gate(),
         retriever=retriever,
         chat=chat,
     )
