@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.worker.generation.conftest import make_source
-from worker.answers import _cited_numbers
+from worker.answers import cited_posts
 from worker.domain import ForumPost
 from worker.generation.offline import closest_topics
 from worker.generation.wording import PLACES, ask_forum, place_of, wording
@@ -57,6 +57,8 @@ def test_the_numbers_a_reply_cited_come_from_its_last_sanitize_stage() -> None:
             {"name": "sanitize", "info": {"cited": [2]}},
         ]
     }
-    assert _cited_numbers(trace) == {2}
-    assert _cited_numbers({"stages": [{"name": "generate"}]}) is None
-    assert _cited_numbers(None) is None
+    sources = [{"n": 1, "post_id": 101}, {"n": 2, "post_id": 102}]
+    assert cited_posts(sources, trace) == (102,)
+    # A trace that does not say which were cited: every source handed to the model counts.
+    assert cited_posts(sources, {"stages": [{"name": "generate"}]}) == (101, 102)
+    assert cited_posts(sources, None) == (101, 102)
