@@ -67,6 +67,7 @@ outside, untouched)."""
 UNTUNED_HELDOUT = (
     "blind-10.jsonl",
     "blind-12.jsonl",
+    "blind-43.jsonl",
 )
 """Held-out sets never fitted on: measures only."""
 CATEGORY_ALIASES = {"other": "crime"}

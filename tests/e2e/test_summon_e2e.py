@@ -207,7 +207,8 @@ def test_a_mention_edited_into_a_closed_topic_and_a_tl4_post_in_an_archived_one_
     db_url: str, redis_url: str, tmp_path: Path
 ) -> None:
     with open_stack(db_url, redis_url, tmp_path) as stack:
-        post = stack.ask("alice", 12, "The shader precision compile error on Android again, zanzibarquokka.")
+        # Not a question yet: the live indexer may embed this text before the edit, so it carries no marker.
+        post = stack.ask("alice", 12, "The shader precision compile error on Android again.")
         _status(stack, 12, "closed")
         _edit(stack, "alice", post, f"@citebot {QUESTION}")  # authors may edit in a closed topic
         _denied(stack, post, "topic_closed")

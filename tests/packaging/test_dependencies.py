@@ -55,8 +55,8 @@ def _imported_modules() -> Iterator[tuple[str, str]]:
     """(top-level module, file) for every absolute import in our packages, inside functions too."""
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
-            if ".venv" in path.parts:
-                continue
+            if ".venv" in path.parts or path.is_relative_to(ROOT / "eval" / "data"):
+                continue  # eval/data: the scripts a dataset's writer used, kept as written (no imports)
             tree = ast.parse(path.read_text("utf-8"), filename=str(path))
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
