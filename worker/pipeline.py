@@ -20,8 +20,7 @@ Every question that ends without an answer carries a ``reason`` (``worker.answer
 | question text | ``worker.question`` |
 | 0 gate | ``gate`` |
 | 1–3 recall, keyword, RRF, rerank, zones | ``worker.retrieval.pipeline`` |
-| 4 generate | ``worker.generation.prompt``, ``worker.clients.llm`` / ``worker.generation.offline`` |
-| 5 sanitize | ``sanitizer`` |
+| 4–5 prompt, generate, sanitize | ``worker.generation.reply`` |
 | last check of the sources before posting | ``worker.recheck`` |
 | 6 post | ``worker.clients.discourse`` + ``worker.answers`` |
 
@@ -45,14 +44,13 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from gate import Gate, GateDecision, IntentLayer, canned_text, detect_language
-from sanitizer import LinkGrain, SanitizeResult, sanitize
+from sanitizer import LinkGrain
 from worker import answers
-from worker.domain import Completion, Delivery, ForumPost, ForumTopic, PendingPost, Source, Zone
+from worker.domain import Delivery, ForumPost, ForumTopic, PendingPost, Source, Zone
 from worker.errors import CitebotError, HeldError, NotFoundError, PermanentError, TransientError
 from worker.flags import FlagReader, Flags, FlagState, SummonRules
-from worker.generation import Prompt, build_prompt
-from worker.generation.offline import closest_topics, offline_label
-from worker.generation.wording import LANGUAGE_NAMES, Place, place_of
+from worker.generation.reply import Written, write_reply
+from worker.generation.wording import Place, place_of
 from worker.html_text import html_to_text
 from worker.limits import LimitDecision, RateLimiter
 from worker.members import MemberDirectory
@@ -306,12 +304,10 @@ class AnswerPipeline:
         grain: LinkGrain = "post" if (flags.post_links and post_sources) else "topic"
         source_grain: LinkGrain = "post" if result.grain == "post" else "topic"
         said = (place, language)
-        prompt, completion, clean = self._write(
-            question, result.sources, result.zone, result.floor, grain, trace, said
-        )
+        written = self._write(question, result.sources, result.zone, result.floor, grain, trace, said)
         with self._stage(trace, "recheck") as st:
-            check = self._recheck(prompt.sources_used, source_grain)
-            st.counts = {"sources": len(prompt.sources_used), "dropped": len(check.dropped)}
+            check = self._recheck(written.prompt.sources_used, source_grain)
+            st.counts = {"sources": len(written.prompt.sources_used), "dropped": len(check.dropped)}
         if check.changed:
             dropped_ids = [post for post, _why in check.dropped]
             log.info(
@@ -321,13 +317,9 @@ class AnswerPipeline:
             )
             trace.fallback("recheck", "dropped " + "; ".join(f"{p}: {why}" for p, why in check.dropped))
             FALLBACKS.labels("recheck", "source_not_visible").inc()
-            zone: Zone = prompt.zone if check.kept else "abstain"
-            prompt, completion, clean = self._write(
-                question, check.kept, zone, result.floor, grain, trace, said
-            )
-        reply = clean.text
-        if completion.offline:
-            reply = f"{reply}\n\n{offline_label(language, bool(clean.cited))}"
+            zone: Zone = written.prompt.zone if check.kept else "abstain"
+            written = self._write(question, check.kept, zone, result.floor, grain, trace, said)
+        prompt, clean, reply = written.prompt, written.clean, written.reply
         # What is recorded is what is posted: a reply that cites nothing is an "I don't know", zone
         # abstain (state ``abstained``), whatever zone the evidence had.
         zone = prompt.zone if clean.cited else "abstain"
@@ -357,48 +349,30 @@ class AnswerPipeline:
         grain: LinkGrain,
         trace: Trace,
         said: tuple[Place, str] = ("new_topic", "en"),
-    ) -> tuple[Prompt, Completion, SanitizeResult]:
-        """Stage 4 (prompt + LLM) and stage 5 (sanitize) over ``sources``; raises PermanentError when
-        the sanitizer cannot make the reply safe (nothing is posted).
-
-        ``said`` is where the member asked and the question's language (the reply's wording,
-        ``worker.generation.wording``). A weak-zone reply that cites nothing gets the closest topics,
-        cited, rather than a bare "I found nothing"."""
+    ) -> Written:
+        """Stages 4 and 5 (``worker.generation.reply``) over ``sources``; raises PermanentError when
+        the sanitizer cannot make the reply safe (nothing is posted). ``said`` is where the member
+        asked and the question's language."""
         place, language = said
-        with self._stage(trace, "prompt") as st:
-            prompt = build_prompt(
-                question,
-                sources,
-                zone,
-                bot_name=self.settings.discourse.bot_username,
-                token_budget=self.settings.llm.context_tokens,
-                floor=floor,
-                place=place,
-                language=LANGUAGE_NAMES[language] if language != "en" else None,
-            )
-            st.info.update(prompt.trace())
-        with self._stage(trace, "generate") as st:
-            completion = self.chat.complete(prompt.messages)
-            st.info["model"] = completion.model
-            st.info["offline"] = completion.offline
-            st.counts["prompt_tokens"] = completion.usage.prompt_tokens
-            st.counts["completion_tokens"] = completion.usage.completion_tokens
-        with self._stage(trace, "sanitize") as st:
-            evidence = [s.as_evidence() for s in prompt.sources_used]
-            base = self.settings.discourse.base_url
-            clean = sanitize(completion.text, evidence, links=grain, base_url=base, allow_canned=False)
-            if clean.ok and not clean.cited and prompt.zone == "weak" and prompt.sources_used:
-                text = f"{completion.text}\n\n{closest_topics(prompt.sources_used, language, place)}"
-                clean = sanitize(text, evidence, links=grain, base_url=base, allow_canned=False)
-                st.info["closest_topics"] = True
-            st.info["reasons"] = list(clean.reasons)
-            st.info["cited"] = list(clean.cited)
-            st.info["dropped"] = list(clean.dropped)
-        if not clean.ok or not clean.text.strip():
+        written = write_reply(
+            question,
+            sources,
+            zone,
+            chat=self.chat,
+            bot_name=self.settings.discourse.bot_username,
+            base_url=self.settings.discourse.base_url,
+            grain=grain,
+            token_budget=self.settings.llm.context_tokens,
+            floor=floor,
+            place=place,
+            language=language,
+            stage=lambda name: self._stage(trace, name),
+        )
+        if not written.ok:
             raise PermanentError(
                 "the sanitizer could not make the reply safe; nothing posted", service="sanitizer"
             )
-        return prompt, completion, clean
+        return written
 
     def _recheck(self, sources: Sequence[Source], grain: LinkGrain) -> Recheck:
         """The last check of ``sources`` (``worker.recheck``); without a checker every source stands."""

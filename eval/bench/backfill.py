@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import os
 import resource
 import time
 from collections.abc import Iterator
@@ -82,6 +83,37 @@ def rss_mb() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
+def _proc_cpu_s(pid: int, *, children: bool) -> float:
+    """User + system CPU seconds of ``pid`` (``/proc/PID/stat``), with its reaped children's when asked."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_s(url: str) -> float:
+    """CPU seconds the PostgreSQL server at ``url`` has used: its postmaster, the backends it has reaped,
+    and the processes still running (Linux ``/proc``; the server runs on this machine)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    backend = int(row[0]) if row else 0
+    postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    total = _proc_cpu_s(postmaster, children=True)
+    for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
+        try:
+            total += _proc_cpu_s(int(child), children=False)
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile: counted in the postmaster's reaped children
+    return total
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process, every thread included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -139,8 +171,9 @@ class SyntheticSource:
             yield SourceBatch(posts, lo, hi, hi)
 
 
-def raw_copy_rate(url: str, n: int, dimension: int) -> float:
-    """Rows/s of a bare binary COPY of post-sized rows (text, digest, halfvec) into an unindexed table."""
+def raw_copy_rate(url: str, n: int, dimension: int) -> tuple[float, float, float]:
+    """Rows/s of a bare binary COPY of post-sized rows (text, digest, halfvec) into an unindexed table,
+    with the CPU µs per row of this process and of the server."""
     chunk = 2000
     vectors = pack_halfvecs(np.full((chunk, dimension), 1.0 / np.sqrt(dimension), np.float32))
     texts = [f"Topic {i}: rendering question\nCategory 1\n\n" + cooked_for(i)[:500] for i in range(chunk)]
@@ -150,6 +183,7 @@ def raw_copy_rate(url: str, n: int, dimension: int) -> float:
         conn.execute("CREATE UNLOGGED TABLE bench_copy_ref (LIKE post_index INCLUDING DEFAULTS)")
         conn.execute("ALTER TABLE bench_copy_ref SET LOGGED")
         conn.commit()
+        cpu0, server0 = own_cpu_s(), server_cpu_s(url)
         start = time.perf_counter()
         for base in range(0, n, chunk):
             with conn.cursor().copy(
@@ -163,9 +197,10 @@ def raw_copy_rate(url: str, n: int, dimension: int) -> float:
                     copy.write_row((i, i // 8, 1, "slug", "title", texts[k], digests[k], "null", vectors[k]))
             conn.commit()
         elapsed = time.perf_counter() - start
+        cpu, server = own_cpu_s() - cpu0, server_cpu_s(url) - server0
         conn.execute("DROP TABLE bench_copy_ref")
         conn.commit()
-    return n / elapsed
+    return n / elapsed, cpu / n * 1e6, server / n * 1e6
 
 
 def _table_mb(url: str) -> float:
@@ -195,7 +230,7 @@ def main(argv: list[str]) -> int:
         if args.no_index:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("DROP INDEX post_index_embedding_hnsw")
-        ref_rate = raw_copy_rate(url, min(args.n, 100_000), args.dimension)
+        ref_rate, ref_own_us, ref_server_us = raw_copy_rate(url, min(args.n, 100_000), args.dimension)
         source = SyntheticSource(args.n)
         embedder = FakeEmbedder(model="null", dimension=args.dimension, fixed=True)
         options = BackfillOptions(
@@ -206,7 +241,9 @@ def main(argv: list[str]) -> int:
             progress=False,
             build_index=not args.no_index,
         )
+        cpu0, server0 = own_cpu_s(), server_cpu_s(url)
         summary = run_backfill(settings.database, source, embedder, options)
+        run_own_s, run_server_s = own_cpu_s() - cpu0, server_cpu_s(url) - server0
         table_mb = _table_mb(url)
         # Second pass: every digest matches, nothing is embedded or written (the steady state).
         again = run_backfill(settings.database, SyntheticSource(args.n), embedder, options)
@@ -243,6 +280,14 @@ def main(argv: list[str]) -> int:
         "raw_copy_rows_per_s": round(ref_rate),
         "ratio_to_raw_copy": round(rate / ref_rate, 3),
         "stage_s": {k: round(v, 2) for k, v in t.items()},
+        # CPU per post of the whole run (the index build's included unless --no-index) and per row of
+        # the raw COPY: the bench process (every thread) and the PostgreSQL server (every backend).
+        "cpu_us_per_post": {
+            "bench": round(run_own_s / summary.seen * 1e6),
+            "postgres": round(run_server_s / summary.seen * 1e6),
+        },
+        "raw_copy_cpu_us_per_row": {"bench": round(ref_own_us), "postgres": round(ref_server_us)},
+        "cores": os.cpu_count(),
         "index_build_s": round(t.get("index_build", 0.0), 1),
         "second_pass_posts_per_s": round(again.seen / max(again.duration_s, 1e-9)),
         "second_pass_embedded": again.embedded,

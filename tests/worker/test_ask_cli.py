@@ -150,6 +150,21 @@ def test_full_run_with_offline_generator_prints_a_sanitized_reply(
 
 
 @respx.mock
+def test_a_french_question_gets_the_french_offline_label_as_the_worker_posts_it(
+    env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`citebot ask` writes the reply through the worker's own stages 4-5 (worker.generation.reply):
+    the offline label is in the question's language, not always English."""
+    respx.post("http://tei.test/embed").mock(side_effect=_embed)
+    respx.get("http://forum.test/search.json").mock(return_value=httpx.Response(200, json=SEARCH))
+    assert main(["ask", "comment charger une scène depuis un fichier XML avec LoadXML ?", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["reply"], out
+    assert "hors ligne" in out["reply"]
+    assert "Assembled offline" not in out["reply"] and "Written offline" not in out["reply"]
+
+
+@respx.mock
 def test_embeddings_down_falls_back_to_legacy(env: str, capsys: pytest.CaptureFixture[str]) -> None:
     respx.post("http://tei.test/embed").mock(
         return_value=httpx.Response(503, json={"error": "down", "error_type": "Unhealthy"})

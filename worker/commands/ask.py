@@ -47,14 +47,14 @@ def register(group: argparse.ArgumentParser) -> None:
 def _ask(args: argparse.Namespace) -> int:
     import httpx
 
-    from gate import Gate, canned_text
-    from sanitizer import LinkGrain, sanitize
+    from gate import Gate, canned_text, detect_language
+    from sanitizer import LinkGrain
     from worker.budget import shared_budget
     from worker.clients.discourse import DiscourseClient
     from worker.commands.common import preflight, settings_from
     from worker.db.connect import open_pool
-    from worker.generation import OFFLINE_FOOTER, OFFLINE_NOTE, build_prompt
     from worker.generation.factory import chat_model_from
+    from worker.generation.reply import write_reply
     from worker.question import thread_question
     from worker.retrieval.factory import build_retriever
     from worker.retrieval.route import Route
@@ -118,27 +118,23 @@ def _ask(args: argparse.Namespace) -> int:
             ]
             out["trace"] = result.trace.to_dict()
             if not args.retrieve_only:
-                prompt = build_prompt(
+                # what the worker would post (worker.generation.reply), in the question's language
+                written = write_reply(
                     question,
                     result.sources,
                     result.zone,
+                    chat=chat_model_from(settings.llm, http),
                     bot_name=settings.discourse.bot_username,
+                    base_url=base,
+                    grain=grain,
                     token_budget=settings.llm.context_tokens,
                     floor=result.floor,
+                    place="reply" if asked.shape in ("reply", "follow_up") else "new_topic",
+                    language=detect_language(asked.own or question),
                 )
-                completion = chat_model_from(settings.llm, http).complete(prompt.messages)
-                clean = sanitize(
-                    completion.text,
-                    [s.as_evidence() for s in prompt.sources_used],
-                    links=grain,
-                    base_url=base,
-                    allow_canned=False,
-                )
-                label = OFFLINE_FOOTER if clean.cited else OFFLINE_NOTE
-                reply = clean.text + (f"\n\n{label}" if completion.offline else "")
-                out["reply"] = reply if clean.ok else None
-                out["sanitizer"] = {"ok": clean.ok, "reasons": list(clean.reasons)}
-                out["model"] = completion.model
+                out["reply"] = written.reply if written.ok else None
+                out["sanitizer"] = {"ok": written.clean.ok, "reasons": list(written.clean.reasons)}
+                out["model"] = written.completion.model
         finally:
             pool.close()
     return _print(out, args.json)
