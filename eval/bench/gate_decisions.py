@@ -62,7 +62,9 @@ def snapshot(gate: Gate, limit: int | None) -> Iterator[dict[str, object]]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench.gate_decisions", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m eval.bench.gate_decisions", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--out", type=Path, help="write the snapshot here (JSON Lines)")
     parser.add_argument("--compare", type=Path, help="compare with this snapshot; exit 1 on any difference")
     parser.add_argument("--limit", type=int, default=None, help="forum questions (default: all)")
@@ -71,7 +73,9 @@ def main(argv: Sequence[str]) -> int:
     gate = Gate.load(timeout_ms=TIMEOUT_MS)
     loaded = time.perf_counter() - start
     rows = list(snapshot(gate, args.limit))
-    print(f"load {loaded:.2f} s, {len(rows)} lines, {sum(bool(r['hit']) for r in rows)} hits", file=sys.stderr)
+    print(
+        f"load {loaded:.2f} s, {len(rows)} lines, {sum(bool(r['hit']) for r in rows)} hits", file=sys.stderr
+    )
     if args.out:
         args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
     if args.compare:
