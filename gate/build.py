@@ -6,6 +6,7 @@ rules, so a fresh process loads them without parsing and compiling them all agai
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -14,8 +15,15 @@ from gate import derived
 GATE = Path(__file__).resolve().parent
 
 
-def main() -> int:
-    text = derived.render(derived.build())
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gate.build", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="read every pattern again (default: only those not yet in the file)",
+    )
+    args = parser.parse_args(argv)
+    text = derived.render(derived.build(fresh=args.fresh))
     target = GATE / derived.FILE
     target.write_text(text, encoding="utf-8")
     print(f"wrote {target.relative_to(GATE.parent)} ({len(text):,} bytes)")

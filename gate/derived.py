@@ -53,6 +53,7 @@ class _Store:
     def __init__(self) -> None:
         self.entries: dict[str, dict[str, Any]] | None = None
         self.recorded: dict[str, dict[str, Any]] | None = None
+        self.reuse = False  # while recording: take what the file holds (and record it) instead of computing
         self.misses = 0
 
     def known(self) -> dict[str, dict[str, Any]]:
@@ -79,23 +80,31 @@ def remembered(
 ) -> Any:
     """``compute()``, or the reading ``kind`` of ``pattern`` the file remembers."""
     name = digest(pattern)
-    if _STORE.recorded is None:
+    recorded = _STORE.recorded
+    if recorded is None or _STORE.reuse:
         found = _STORE.known().get(name, {}).get(kind, _MISSING)
         if found is not _MISSING:
+            if recorded is not None:
+                recorded.setdefault(name, {})[kind] = found
             return decode(found)
         _STORE.misses += 1
-        return compute()
+        if recorded is None:
+            return compute()
     value = compute()
-    _STORE.recorded.setdefault(name, {})[kind] = encode(value)
+    recorded.setdefault(name, {})[kind] = encode(value)
     return value
 
 
 def is_valid(pattern: str, kind: str) -> bool:
     """Whether ``pattern`` is remembered to have passed the check ``kind`` (``"compiles"``, or
     ``"nonempty"``: compiles and matches no empty text)."""
-    if _STORE.recorded is not None:
+    if _STORE.recorded is not None and not _STORE.reuse:
         return False
-    return bool(_STORE.known().get(digest(pattern), {}).get(kind))
+    name = digest(pattern)
+    valid = bool(_STORE.known().get(name, {}).get(kind))
+    if valid and _STORE.recorded is not None:
+        _STORE.recorded.setdefault(name, {})[kind] = True
+    return valid
 
 
 def passed(pattern: str, kind: str) -> None:
@@ -111,28 +120,37 @@ def misses() -> int:
 
 
 @contextmanager
-def recording() -> Iterator[dict[str, dict[str, Any]]]:
-    """Every reading and check made inside, computed afresh (nothing remembered is used)."""
-    from gate import literals, rules
+def recording(*, fresh: bool = True) -> Iterator[dict[str, dict[str, Any]]]:
+    """Every reading and check made inside: computed afresh (``fresh``), or taken from the file
+    where it holds them (the rest computed)."""
+    from gate import literals, matcher, rules
 
-    caches = (literals._word_needs, literals.word_beginnings, literals.first_words, rules._regex)
+    caches = (
+        literals._word_needs,
+        literals.word_beginnings,
+        literals.first_words,
+        rules._regex,
+        matcher._first_words,
+        matcher._parts,
+    )
     for cache in caches:
         cache.cache_clear()
-    _STORE.recorded = {}
+    _STORE.recorded, _STORE.reuse = {}, not fresh
     try:
         yield _STORE.recorded
     finally:
-        _STORE.recorded = None
+        _STORE.recorded, _STORE.reuse = None, False
         for cache in caches:
             cache.cache_clear()
 
 
-def build() -> dict[str, Any]:
-    """The file's content for the shipped rules: load them (and a gate over them) afresh."""
+def build(*, fresh: bool = True) -> dict[str, Any]:
+    """The file's content for the shipped rules: load them (and a gate over them), every reading
+    made afresh (``fresh``), or only those of the patterns the file does not hold yet."""
     from gate.matcher import Gate
     from gate.rules import load_rules
 
-    with recording() as found:
+    with recording(fresh=fresh) as found:
         Gate(load_rules())
     return {"key": _key(), "patterns": {name: found[name] for name in sorted(found)}}
 
