@@ -6,7 +6,8 @@ head per question once warm (best of ``--repeat``, median and p99). One JSON lin
     python eval/bench/gate_load.py --alternate OLD  # OLD: a folder holding another gate/ package;
                                                     # runs both, alternated, --rounds times each
 
-Run as a script (not ``-m``) so that ``--alternate`` can put another ``gate`` package first.
+Also ``python -m eval.bench gate_load``; each measure runs in a fresh process started on this file,
+so that ``--alternate`` can put another ``gate`` package first.
 """
 
 from __future__ import annotations
@@ -49,13 +50,13 @@ def measure(limit: int, repeat: int) -> dict[str, object]:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--alternate", type=Path, help="folder holding the other gate/ package")
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.alternate is None:
         # this script's folder holds eval/bench/gate.py: never let it stand for the gate package
         sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
