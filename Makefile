@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d
 ARGS   ?=
 LOCK_VENV := .cache/lock-venv
 
-.PHONY: test test-fast lint typecheck pytest venv services demo clean lock mpnet
+.PHONY: test test-fast lint typecheck pytest venv services demo clean lock mpnet gate
 
 $(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
@@ -43,6 +43,11 @@ test: lint typecheck pytest
 FAST_MARKS := not integration and not slow
 test-fast: venv
 	$(BIN)/pytest -m "$(FAST_MARKS)" -p no:cacheprovider $(ARGS)
+
+# What the gate derives from its rules (gate/derived.json, gate.derived): run it after editing
+# gate/rules.toml or gate/lexicons.toml; tests/gate/test_derived.py fails until it is run.
+gate: venv
+	$(BIN)/python -m gate.build
 
 demo: venv services
 	$(BIN)/python -m eval.demo $(ARGS)

@@ -1,13 +1,14 @@
 """The intent gate: deterministic regex rules over a normalised question, with canned replies.
 
-Pure code (stdlib + ``regex``), no network, no model, nothing imported from the rest of citebot::
+The standard library, ``regex`` and numpy (the embedding layer, ``gate.intent``); no network, no
+model, nothing imported from the rest of citebot::
 
     from gate import Gate, canned_text
     decision = Gate.load().check("how do I make a pipe bomb?")
     if decision.hit:
         post(canned_text(decision))   # starts with CANNED_MARKER: the sanitizer passes it untouched
 
-See ``docs/gate.md`` for the rules file format and how to add a rule.
+See ``docs/gate.md`` for the rule language and how to fix or add a rule (edit, ``make gate``, test).
 """
 
 from __future__ import annotations

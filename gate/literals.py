@@ -25,6 +25,8 @@ from re import _constants as c  # type: ignore[attr-defined]
 from re import _parser  # type: ignore[attr-defined]
 from typing import Any
 
+from gate.derived import remembered
+
 _MAX_BEGINNINGS = 96
 """More alternative beginnings than this and the set is cut where it stands (still true, less exact)."""
 _MAX_CLASS = 12
@@ -49,25 +51,37 @@ def word_needs(pattern: str, limit: int) -> list[frozenset[str]]:
 
 
 # The readings below are pure functions of the pattern's text, and loading the shipped rules asks
-# for about 1,500 of them: each is computed once per process (every gate a process builds shares it).
+# for about 3,400 of them: each is computed once per process (every gate a process builds shares it),
+# or read from ``gate/derived.json`` where it holds the pattern (``gate.derived``).
 @functools.lru_cache(maxsize=8192)
 def _word_needs(pattern: str, limit: int) -> tuple[frozenset[str], ...]:
-    try:
-        parsed = _parser.parse(pattern, 0)
-    except (re.error, OverflowError, RecursionError):
-        return ()
-    return tuple(_sequence(list(parsed), limit, anchored=False))
+    def compute() -> tuple[frozenset[str], ...]:
+        try:
+            parsed = _parser.parse(pattern, 0)
+        except (re.error, OverflowError, RecursionError):
+            return ()
+        return tuple(_sequence(list(parsed), limit, anchored=False))
+
+    return remembered(  # type: ignore[no-any-return]
+        f"needs{limit}", pattern, compute, _encode_sets, lambda v: tuple(frozenset(s) for s in v)
+    )
 
 
 @functools.lru_cache(maxsize=8192)
 def word_beginnings(pattern: str, limit: int) -> frozenset[str] | None:
     """The literal beginnings (at most ``limit`` letters, each at a word start) of every match of
     ``pattern``, or ``None`` when they cannot be derived."""
-    try:
-        parsed = _parser.parse(pattern, 0)
-    except (re.error, OverflowError, RecursionError):
-        return None
-    return _run(list(parsed), limit, anchored=False)
+
+    def compute() -> frozenset[str] | None:
+        try:
+            parsed = _parser.parse(pattern, 0)
+        except (re.error, OverflowError, RecursionError):
+            return None
+        return _run(list(parsed), limit, anchored=False)
+
+    return remembered(  # type: ignore[no-any-return]
+        f"beginnings{limit}", pattern, compute, _encode_set, lambda v: None if v is None else frozenset(v)
+    )
 
 
 @functools.lru_cache(maxsize=8192)
@@ -80,6 +94,16 @@ def first_words(pattern: str, limit: int = 40) -> tuple[frozenset[str], frozense
     only less selective. ``None`` where :func:`word_beginnings` gives ``None``. No word of ``words``
     begins with a prefix of ``prefixes``, and no prefix with another, so a word start is found by at
     most one of them."""
+    return remembered(  # type: ignore[no-any-return]
+        f"first{limit}",
+        pattern,
+        lambda: _first_words(pattern, limit),
+        lambda v: None if v is None else _encode_sets(v),
+        lambda v: None if v is None else (frozenset(v[0]), frozenset(v[1])),
+    )
+
+
+def _first_words(pattern: str, limit: int) -> tuple[frozenset[str], frozenset[str]] | None:
     try:
         parsed = _parser.parse(pattern, 0)
         open_, done = _walk_words(list(parsed), {("", False)}, limit)
@@ -92,6 +116,14 @@ def first_words(pattern: str, limit: int = 40) -> tuple[frozenset[str], frozense
     prefixes = {p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)}
     words = {letters for letters, _, whole in done if whole and not letters.startswith(tuple(prefixes))}
     return frozenset(words), frozenset(prefixes)
+
+
+def _encode_set(value: frozenset[str] | None) -> list[str] | None:
+    return None if value is None else sorted(value)
+
+
+def _encode_sets(value: tuple[frozenset[str], ...]) -> list[list[str]]:
+    return [sorted(s) for s in value]
 
 
 # A finished first word: its letters, whether a word start precedes them, whether it is whole.

@@ -48,6 +48,7 @@ from gate.rules import (
     PREFIX_HEAD,
     QUOTE_LEAD_CHARS,
     Frame,
+    LazyPattern,
     Rule,
     RuleSet,
     TriggerGroup,
@@ -156,7 +157,7 @@ class Gate:
         }
         # Each such rule's alternatives compiled alone, by pattern (a look-up of the pattern's string,
         # whose hash is kept, where the cache would hash the tuple of alternatives on every call).
-        self._alone: dict[str, tuple[regex.Pattern[str], ...]] = {
+        self._alone: dict[str, tuple[LazyPattern, ...]] = {
             rule.pattern.pattern: _compiled(rule.parts)
             for rule in rules.rules
             if self._parts.get(rule.pattern.pattern) is not None
@@ -574,9 +575,10 @@ def _parts(parts: tuple[str, ...]) -> _Alternatives | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _compiled(parts: tuple[str, ...]) -> tuple[regex.Pattern[str], ...]:
-    """A rule's alternatives compiled alone (shared by every gate over the same rules)."""
-    return tuple(regex.compile(part) for part in parts)
+def _compiled(parts: tuple[str, ...]) -> tuple[LazyPattern, ...]:
+    """A rule's alternatives, each compiled alone the first time a question needs it (shared by
+    every gate over the same rules)."""
+    return tuple(LazyPattern(part) for part in parts)
 
 
 _SPLIT_WORDS = re.compile(r"(\w+)")

@@ -353,5 +353,6 @@ def fold_pattern(pattern: str) -> str:
     ``\\p{...}`` keep their letters. Case is left alone: ``\\B`` and ``\\b`` differ; rules are validated
     to be lowercase instead.
     """
-    pattern = "".join(_FOLD[ord(c)] if c.isalpha() and not c.isascii() else c for c in pattern)
+    if not pattern.isascii():
+        pattern = "".join(_FOLD[ord(c)] if c.isalpha() and not c.isascii() else c for c in pattern)
     return _PATTERN_REPEATS.sub(lambda m: m.group(1) or m.group(), pattern)

@@ -45,9 +45,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import regex
 
+from gate import derived
 from gate.errors import RulesError
 from gate.literals import cost, word_beginnings, word_needs
 from gate.normalize import fold_pattern
@@ -127,8 +129,8 @@ class Frame:
 
     id: str
     categories: frozenset[str]
-    pattern: regex.Pattern[str]
-    turn: regex.Pattern[str] | None = None
+    pattern: LazyPattern
+    turn: LazyPattern | None = None
     scope: str = "clause"
 
 
@@ -150,8 +152,8 @@ class Rule:
     category: str
     language: str
     description: str
-    pattern: regex.Pattern[str]
-    exception: regex.Pattern[str] | None
+    pattern: LazyPattern
+    exception: LazyPattern | None
     triggers: tuple[TriggerGroup, ...] = ()
     strict: bool = False
     exception_window: int = DEFAULT_EXCEPTION_WINDOW
@@ -178,7 +180,7 @@ class RuleSet:
     source: str
     rules: tuple[Rule, ...]
     replies: Mapping[str, Reply]
-    real_world: regex.Pattern[str] | None = None
+    real_world: LazyPattern | None = None
     """``real_world``: the asker saying the request is for real, not for the game or the story ("for
     me, not the ragdoll", "en vrai, pas la hitbox du jeu"). A clause holding it takes no exception
     and no frame: the game or fiction words around it no longer excuse the match."""
@@ -375,7 +377,7 @@ def _lexicons(
             raise RulesError(where, f"lexicon {lexicon!r} clashes with a term or word list {key!r}")
         alternatives = []
         triggers = []
-        for entry in sorted(set(entries), key=len, reverse=True):
+        for entry in sorted(set(entries), key=lambda e: (-len(e), e)):  # longest first; a fixed order
             prefix = entry.endswith("*")
             parts = [regex.escape(part) for part in _LEXICON_WORDS.split(entry.rstrip("*")) if part]
             alternatives.append(r"[^\w.!?]+".join(parts) + (r"\w*" if prefix else r"\b"))
@@ -454,7 +456,7 @@ def _rule(
     )
 
 
-def match_starts(pattern: regex.Pattern[str]) -> frozenset[str] | None:
+def match_starts(pattern: LazyPattern) -> frozenset[str] | None:
     """The literal beginnings of the word where every match of ``pattern`` starts, or None when they
     cannot be derived. Trying ``pattern`` only at the starts of words with one of them finds exactly
     the matches a scan of every position finds."""
@@ -573,9 +575,7 @@ def _pattern_list(raw: object, key: str, terms: dict[str, str], source: str, rul
             raise RulesError(
                 source, f"{where}: upper-case {upper.group()!r}; text is matched lower-case", rule_id
             )
-        compiled = _compile(expanded, source, rule_id, where)
-        if compiled.search("") is not None:
-            raise RulesError(source, f"{where} matches the empty text, so it would match everything", rule_id)
+        _compile(expanded, source, rule_id, where, nonempty=True)
         folded.append(expanded)
     return folded
 
@@ -592,11 +592,57 @@ def _expand(pattern: str, terms: dict[str, str], source: str, rule_id: str | Non
     return _PLACEHOLDER.sub(replace, pattern)
 
 
-def _compile(pattern: str, source: str, rule_id: str | None, where: str) -> regex.Pattern[str]:
+def _compile(pattern: str, source: str, rule_id: str | None, where: str, *, nonempty: bool = False) -> None:
+    """Raise RulesError unless ``pattern`` compiles (and, ``nonempty``, matches no empty text).
+
+    A pattern ``gate/derived.json`` remembers passing the same check is not compiled again here: it
+    is compiled when a question first needs it (:class:`LazyPattern`)."""
+    check = "nonempty" if nonempty else "compiles"
+    if derived.is_valid(pattern, check):
+        return
     try:
-        return _regex(pattern)
+        compiled = _regex(pattern)
     except regex.error as exc:
         raise RulesError(source, f"{where}: invalid regular expression: {exc}", rule_id) from None
+    if nonempty and compiled.search("") is not None:
+        raise RulesError(source, f"{where} matches the empty text, so it would match everything", rule_id)
+    derived.passed(pattern, check)
+
+
+class LazyPattern:
+    """A validated pattern, compiled (once per process, shared) the first time it is searched.
+
+    It answers ``match``, ``search``, ``finditer`` and ``fullmatch`` as ``regex.Pattern`` does: the
+    first call compiles the pattern and keeps the compiled pattern's own bound methods in the slots,
+    so later calls cost what they cost on the compiled pattern. ``pattern`` is the source."""
+
+    __slots__ = ("finditer", "fullmatch", "match", "pattern", "search")
+
+    _METHODS = ("finditer", "fullmatch", "match", "search")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for a slot not yet set: compile, then fill every method slot.
+        if name not in LazyPattern._METHODS:
+            raise AttributeError(name)
+        compiled = self.compiled()
+        for method in LazyPattern._METHODS:
+            object.__setattr__(self, method, getattr(compiled, method))
+        return getattr(compiled, name)
+
+    def compiled(self) -> regex.Pattern[str]:
+        return _regex(self.pattern)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LazyPattern) and other.pattern == self.pattern
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __repr__(self) -> str:
+        return f"LazyPattern({self.pattern[:60]!r}{'...' if len(self.pattern) > 60 else ''})"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -607,6 +653,8 @@ def _regex(pattern: str) -> regex.Pattern[str]:
     return regex.compile(pattern)
 
 
-def _join(patterns: list[str], source: str, rule_id: str, key: str) -> regex.Pattern[str]:
+def _join(patterns: list[str], source: str, rule_id: str, key: str) -> LazyPattern:
     """One alternation per rule: one scan of the text instead of one per pattern."""
-    return _compile("|".join(f"(?:{p})" for p in patterns), source, rule_id, key)
+    joined = "|".join(f"(?:{p})" for p in patterns)
+    _compile(joined, source, rule_id, key)
+    return LazyPattern(joined)

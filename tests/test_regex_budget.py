@@ -61,11 +61,11 @@ ANCHORED: dict[str, str] = {
 DYNAMIC: dict[str, str] = {
     "worker/addressing.py:mention_pattern": "mentions",
     "sanitizer/blocks.py:split_blocks": "sanitize",
+    # Every rule pattern, and each alternative of a rule's pattern compiled alone (Rule.parts, through
+    # gate.rules.LazyPattern): a search of the joined pattern, which the gate rule test times, runs
+    # every alternative at every position, so its worst case bounds each part's; every call carries
+    # the gate's timeout too.
     "gate/rules.py:_regex": "gate rule patterns",
-    # Each alternative of a rule's pattern compiled alone (Rule.parts): a search of the joined pattern,
-    # which the gate rule test times, runs every alternative at every position, so its worst case
-    # bounds each part's; every call carries the gate's timeout too.
-    "gate/matcher.py:_compiled": "gate rule patterns",
     # The offline generator reads only the prompt citebot built: its patterns anchor on fence markers
     # holding a random token that member text cannot contain (worker.generation.fence).
     "worker/generation/offline.py:complete": "prompt built by citebot",
