@@ -4,7 +4,7 @@
 - ``heldout.jsonl``: other wordings of the same intents, written apart from the rules;
 - ``blind-1.jsonl``, ``blind-2.jsonl``, ``blind-3.jsonl``: three sets written by someone who had
   not seen the rules (110 + 100 + 90 block, 90 + 80 + 70 pass, French and English). Each was scored
-  before any rule was written for it; docs/gate.md gives those first figures. They are regression
+  before any rule was written for it; CHANGELOG.md's gate history gives those first figures. They are regression
   cases now. Where two categories overlap (a member's address: personal data or doxxing), the label
   is the category whose rule answers first;
 - ``../shared/data/gate-probes-dev.jsonl`` (the project's probe file, beside the clone): every
@@ -78,7 +78,7 @@ def test_labelled_case(gate: Gate, case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", BLIND_5, ids=lambda case: str(case["id"]))
 def test_blind_set_5_is_a_regression_set(gate: Gate, case: dict[str, Any]) -> None:
-    # Scored once before any rule was written for it (docs/gate.md); its rules were then written
+    # Scored once before any rule was written for it (CHANGELOG.md, gate history); its rules were then written
     # for the classes of its misses. Categories are the helper's labels ("other" was new), so only
     # the decision is compared, for the rules and the harmful lines the rules now block.
     decision = gate.check(case["text"])
