@@ -24,9 +24,9 @@ import psycopg
 from backfill.categories import CategoryList
 from backfill.evidence import REPLY_WINDOW
 from backfill.sources import SourceBatch, SourcePost
-from worker.db.connect import first_line
+from worker.db.boundary import database_errors
 from worker.domain import ForumCategory
-from worker.errors import ConfigError, ServiceUnavailableError
+from worker.errors import ConfigError
 
 ELIGIBLE_SQL = """
     p.post_type = 1 AND p.deleted_at IS NULL AND NOT p.hidden AND NOT p.user_deleted
@@ -103,14 +103,12 @@ class DbSource:
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            try:
+            with database_errors(
+                "cannot connect to the Discourse replica", service="discourse-db", connecting=True
+            ):
                 conn = psycopg.connect(
                     self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout_s))
                 )
-            except psycopg.OperationalError as exc:
-                raise ServiceUnavailableError(
-                    f"cannot connect to the Discourse replica: {first_line(exc)}", service="discourse-db"
-                ) from exc
             conn.execute("SET default_transaction_read_only = on")
             self._conn = conn
         return self._conn

@@ -24,9 +24,8 @@ from typing import Any
 import psycopg
 import regex
 
-from worker.db.connect import first_line
+from worker.db.boundary import database_errors
 from worker.domain import Candidate
-from worker.errors import ServiceUnavailableError
 from worker.retrieval.keyword import DocFrequencies, PostgresTermStats
 from worker.retrieval.recall import ConnectionSource, row_candidate
 
@@ -242,19 +241,14 @@ class PostgresLexicalIndex:
     def search(self, question: str, k: int, exclude_post_ids: Sequence[int] = ()) -> LexicalResult:
         """The ``k`` best-scoring eligible posts, best first (``lexical`` and ``lexical_rank`` set)."""
         stats = self._stats()  # before borrowing the connection: the statistics borrow it too
-        try:
-            with self._connections() as conn, conn.transaction():
-                terms = self.terms(conn, question, stats)
-                if not terms:
-                    return LexicalResult((), ())
-                row = conn.execute(POSTS_SQL).fetchone()
-                match = match_terms(terms, stats, int(row[0]) if row else 0, self._budget)
-                params = search_params(terms, k, exclude_post_ids, match)
-                rows = conn.execute(search_sql(len(terms)), params).fetchall()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise ServiceUnavailableError(
-                f"post index unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
+        with database_errors("post index unavailable"), self._connections() as conn, conn.transaction():
+            terms = self.terms(conn, question, stats)
+            if not terms:
+                return LexicalResult((), ())
+            row = conn.execute(POSTS_SQL).fetchone()
+            match = match_terms(terms, stats, int(row[0]) if row else 0, self._budget)
+            params = search_params(terms, k, exclude_post_ids, match)
+            rows = conn.execute(search_sql(len(terms)), params).fetchall()
         return LexicalResult(_candidates(rows), tuple(terms))
 
     def scores(self, terms: Sequence[tuple[str, float]], post_ids: Sequence[int]) -> dict[int, float]:
@@ -262,13 +256,8 @@ class PostgresLexicalIndex:
         if not terms or not post_ids:
             return {}
         params = {**term_params(terms), "ids": list(post_ids)}
-        try:
-            with self._connections() as conn, conn.transaction():
-                rows = conn.execute(scores_sql(len(terms)), params).fetchall()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise ServiceUnavailableError(
-                f"post index unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
+        with database_errors("post index unavailable"), self._connections() as conn, conn.transaction():
+            rows = conn.execute(scores_sql(len(terms)), params).fetchall()
         return {int(r[0]): float(r[1]) for r in rows}
 
 

@@ -38,11 +38,11 @@ import psycopg
 from pgvector import HalfVector
 from psycopg.pq import TransactionStatus
 
-from worker.db.connect import first_line
+from worker.db.boundary import database_errors
 from worker.db.meta import check_index_meta
 from worker.db.vector_index import HNSW_WITH, INDEX_NAMES, hnsw_options, read_graph, read_memory
 from worker.domain import Candidate
-from worker.errors import IndexMismatchError, ServiceUnavailableError
+from worker.errors import IndexMismatchError
 from worker.settings import RetrievalSettings
 
 log = logging.getLogger(__name__)
@@ -203,23 +203,18 @@ class PostgresPostIndex:
     def _statement(self, knobs: Knobs | None = None) -> Iterator[psycopg.Connection]:
         """A connection for one read statement, with the search ``knobs`` in effect (module docstring):
         in autocommit when the connection is idle, else inside the caller's transaction (a savepoint).
-        Connection-level failures become ServiceUnavailableError."""
-        try:
-            with self._connections() as conn:
-                if conn.info.transaction_status != TransactionStatus.IDLE:
-                    with conn.transaction():
-                        if knobs is not None:
-                            conn.execute(_SETTINGS_SQL, knobs)
-                        yield conn
-                    return
-                with _autocommit(conn):
+        Connection-level failures become ServiceUnavailableError (``worker.db.boundary``)."""
+        with database_errors("post index unavailable"), self._connections() as conn:
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                with conn.transaction():
                     if knobs is not None:
-                        _session_knobs(conn, knobs)
+                        conn.execute(_SETTINGS_SQL, knobs)
                     yield conn
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise ServiceUnavailableError(
-                f"post index unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
+                return
+            with _autocommit(conn):
+                if knobs is not None:
+                    _session_knobs(conn, knobs)
+                yield conn
 
     def check(self) -> None:
         """Compare the index's model, dimension and vector index kind with ours; raise IndexMismatchError.

@@ -22,12 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import psycopg
 from pgvector import HalfVector
 
-from worker.db.connect import first_line
+from worker.db.boundary import database_errors
 from worker.domain import Candidate
-from worker.errors import ServiceUnavailableError
 from worker.retrieval.recall import ConnectionSource, row_candidate
 
 # Every post of the topics (the facts are read before the exclusions, so that hiding a post from
@@ -110,13 +108,8 @@ class PostgresThreadIndex:
             "topics": list(topic_ids),
             "exclude": list(exclude_post_ids),
         }
-        try:
-            with self._connections() as conn, conn.transaction():
-                rows = conn.execute(THREAD_SQL, params).fetchall()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise ServiceUnavailableError(
-                f"post index unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
+        with database_errors("post index unavailable"), self._connections() as conn, conn.transaction():
+            rows = conn.execute(THREAD_SQL, params).fetchall()
         posts = tuple(row_candidate(r, cosine=float(r[7])) for r in rows)
         facts = {
             int(r[0]): PostFacts(
