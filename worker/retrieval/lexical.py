@@ -26,6 +26,7 @@ import regex
 
 from worker.db.boundary import database_errors
 from worker.domain import Candidate
+from worker.retrieval.eligibility import ELIGIBLE
 from worker.retrieval.keyword import DocFrequencies, PostgresTermStats
 from worker.retrieval.recall import ConnectionSource, row_candidate
 
@@ -95,15 +96,15 @@ LEXEMES_SQL = "SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %s))"
 # tsvector detoasted once: ``|| ''``), then scored by one expression of one ``ts_rank`` per term
 # (``score_sql``). Cross-joining hits with terms and summing in a hash aggregate, as before, cost about
 # three times as much: every (post, term) pair was a row and fetched the tsvector again.
-SEARCH_SQL = """
+SEARCH_SQL = f"""
 WITH hits AS MATERIALIZED (
     SELECT p.post_id, p.lexical || ''::tsvector AS lexical
     FROM post_index p
     WHERE p.lexical @@ %(any)s::tsquery
-      AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
+      AND {ELIGIBLE}
       AND p.post_id <> ALL(%(exclude)s::bigint[])
 ), scored AS (
-    SELECT h.post_id, {score} AS score
+    SELECT h.post_id, {{score}} AS score
     FROM hits h
     ORDER BY score DESC, h.post_id
     LIMIT %(k)s
@@ -111,7 +112,7 @@ WITH hits AS MATERIALIZED (
 SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id, s.score
 FROM scored s JOIN post_index p USING (post_id)
 ORDER BY s.score DESC, p.post_id
-"""
+"""  # noqa: S608 - constants only
 
 SCORES_SQL = """
 SELECT p.post_id, {score}
