@@ -134,25 +134,7 @@ class DiscourseClient:
                     for p in (page.get("post_stream") or {}).get("posts") or []
                 )
             posts.sort(key=lambda p: p.post_number)
-        raw_details = data.get("details")
-        details: Mapping[str, Any] = raw_details if isinstance(raw_details, Mapping) else {}
-        return ForumTopic(
-            id=int(data["id"]),
-            title=str(data.get("title") or ""),
-            slug=str(data.get("slug") or ""),
-            category_id=optional_int(data.get("category_id")),
-            archetype=str(data.get("archetype") or "regular"),
-            visible=bool(data.get("visible", True)),
-            deleted=data.get("deleted_at") is not None,
-            tags=tuple(_tag_name(t) for t in data.get("tags") or []),
-            posts=tuple(posts),
-            closed=bool(data.get("closed", False)),
-            archived=bool(data.get("archived", False)),
-            # TopicViewDetailsSerializer#include_can_create_post?: present (true) only when we may reply.
-            can_reply=details.get("can_create_post") is True,
-            allowed_users=_names(details.get("allowed_users"), "username"),
-            allowed_groups=_names(details.get("allowed_groups"), "name"),
-        )
+        return ForumTopic.from_json(data, posts=tuple(posts))
 
     def get_user(self, user_id: int) -> Member:
         """``GET /admin/users/{id}.json`` (staff only; Admin::UsersController#show renders
@@ -341,16 +323,3 @@ def _setting_value(item: Mapping[str, Any]) -> object:
     if item.get("type") == "bool" and isinstance(value, str):
         return value.strip().lower() == "true"
     return value
-
-
-def _names(items: object, key: str) -> tuple[str, ...]:
-    """The ``key`` of each object of a JSON list (``allowed_users`` / ``allowed_groups``)."""
-    if not isinstance(items, list):
-        return ()
-    return tuple(str(i[key]) for i in items if isinstance(i, Mapping) and i.get(key))
-
-
-def _tag_name(tag: object) -> str:
-    if isinstance(tag, Mapping):
-        return str(tag.get("name") or "")
-    return str(tag)
