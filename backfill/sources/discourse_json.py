@@ -34,7 +34,9 @@ def to_source_post(
     replies: tuple[SourcePost, ...] | None = None,
     read_replies: bool = True,
 ) -> SourcePost:
-    """``post`` of ``topic`` as the backfill sees it; the post's own topic fields win when present.
+    """``post`` of ``topic`` as the backfill sees it. The topic's own fields win over the copies a post
+    carries (``topic_slug``, ``topic_title``): the topic read is the authority on them, and a renamed
+    topic re-embeds its posts.
 
     ``category_id`` defaults to the topic's and ``raw`` to the post's. A first post carries the topic's
     other posts that ``topic.posts`` holds (``read_replies``; the first page of the stream), so
@@ -47,8 +49,8 @@ def to_source_post(
         post_id=post.id,
         topic_id=post.topic_id or topic.id,
         post_number=post.post_number,
-        topic_slug=post.topic_slug or topic.slug,
-        topic_title=post.topic_title or topic.title,
+        topic_slug=topic.slug or post.topic_slug,
+        topic_title=topic.title or post.topic_title,
         category_id=topic.category_id if category_id is None else category_id,
         category_name=category_name,
         tags=topic.tags,
