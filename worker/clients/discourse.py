@@ -116,6 +116,14 @@ class DiscourseClient:
         """``GET /posts/{id}.json``: one post, with its ``raw`` Markdown."""
         return ForumPost.from_json(self._request("GET", f"/posts/{int(post_id)}.json"))
 
+    def get_latest_posts(self, *, before: int | None = None) -> list[ForumPost]:
+        """``GET /posts.json?before=N`` (PostsController#latest): the latest posts the caller may see
+        with ids below ``before`` (the newest without it), newest first, 50 a page, with their raw."""
+        params = {"before": int(before)} if before is not None else None
+        data = self._request("GET", "/posts.json", params=params)
+        items = data.get("latest_posts") or []
+        return [ForumPost.from_json(p) for p in items if isinstance(p, Mapping) and "id" in p]
+
     def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
         """``GET /t/{id}.json``; with ``all_posts`` the rest of the stream is fetched 20 ids at a time."""
         data = self._request("GET", f"/t/{int(topic_id)}.json")
