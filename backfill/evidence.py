@@ -13,8 +13,9 @@ The index holds what the forum *knows*, never what it is asking. A post is left 
 - it is a topic's first post that no one has answered yet (``open_question``): none of the topic's
   other posts is evidence by the rules above. Once a reply that is evidence exists, the first post is
   indexed as the context of its answers (a resolved question stays findable by its wording);
-- it is not public forum content (post type, deleted, hidden, private message, unlisted or deleted
-  topic, read-restricted category, no category at all).
+- it is not public forum content (post type, deleted: trashed or withdrawn by its author
+  (``worker.domain.ForumPost``), hidden, private message, unlisted or deleted topic, read-restricted
+  category, no category at all).
 
 A post whose category the forum has not described yet is indexed but not cited: recall reads only the
 categories recorded as public (``backfill.categories``). A topic with no category is not evidence:
@@ -72,7 +73,7 @@ def _own_ineligibility(
         return "bot_author"
     if post.post_type != 1:
         return "post_type"
-    if post.deleted or post.user_deleted:
+    if post.deleted:
         return "deleted"
     if post.hidden:
         return "hidden"

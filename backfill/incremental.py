@@ -29,11 +29,11 @@ import psycopg
 from backfill import category_sync
 from backfill.compose import bot_authors
 from backfill.embedding import embed_with_retry
-from backfill.evidence import REPLY_WINDOW
 from backfill.excerpts import write_excerpts
 from backfill.prepare import PreparedPost, Preparer, Truncator
 from backfill.rows import needs, rewrite, states_of
 from backfill.sources import SourcePost
+from backfill.sources.discourse_json import to_source_post
 from backfill.store import IndexStore
 from backfill.tags import hidden_tag_names, public_tags
 from worker.db.meta import check_index_meta
@@ -106,48 +106,6 @@ def _context(d: IndexDeps, category_id: int | None) -> tuple[str | None, frozens
     if info is None or info.restricted:
         return (info.name if info else None), frozenset({category_id})
     return info.name, frozenset()
-
-
-def to_source_post(post: ForumPost, topic: ForumTopic, category_name: str | None) -> SourcePost:
-    """A forum post (and its topic) in the backfill's shape.
-
-    A first post carries the topic's other posts that ``topic.posts`` holds (the first page of the
-    stream), so ``backfill.evidence`` can tell an open question; with no posts loaded it cannot tell.
-    """
-    replies: tuple[SourcePost, ...] | None = None
-    if post.post_number == 1 and topic.posts:
-        replies = tuple(
-            _as_source(p, topic, category_name, None) for p in topic.posts[:REPLY_WINDOW] if p.id != post.id
-        )
-    return _as_source(post, topic, category_name, replies)
-
-
-def _as_source(
-    post: ForumPost, topic: ForumTopic, category_name: str | None, replies: tuple[SourcePost, ...] | None
-) -> SourcePost:
-    return SourcePost(
-        post_id=post.id,
-        topic_id=topic.id,
-        post_number=post.post_number,
-        topic_slug=topic.slug or post.topic_slug,
-        topic_title=topic.title or post.topic_title,
-        category_id=topic.category_id,
-        category_name=category_name,
-        tags=topic.tags,
-        cooked=post.cooked,
-        raw=post.raw,
-        post_type=post.post_type,
-        hidden=post.hidden,
-        deleted=post.deleted,
-        archetype=topic.archetype,
-        topic_visible=topic.visible,
-        topic_deleted=topic.deleted,
-        username=post.username,
-        updated_at=post.updated_at,
-        reply_to_post_number=post.reply_to_post_number,
-        reply_to_username=post.reply_to_username,
-        replies=replies,
-    )
 
 
 def _embed_and_write(deps: IndexDeps, store: IndexStore, changed: list[PreparedPost]) -> int:

@@ -1,7 +1,9 @@
 """Frozen value types that travel between the stages of the pipeline.
 
 Clients return these (never raw JSON); the pipeline, backfill and eval consume them. The one reading of
-Discourse's post JSON is ``ForumPost.from_json``, shared by the REST client and the webhook.
+Discourse's post JSON is ``ForumPost.from_json``, and of its topic JSON ``ForumTopic.from_json``: the
+REST client, the webhook and the backfill's ``api`` and ``file`` sources all read posts through them
+(the backfill's shape, ``SourcePost``, is built from a ``ForumPost`` by ``backfill.sources.discourse_json``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,21 @@ EmbedKind = Literal["query", "passage"]
 
 @dataclass(frozen=True, slots=True)
 class ForumPost:
-    """A post as Discourse serves it (``/posts/{id}.json``, a topic's post stream, or a webhook)."""
+    """A post as Discourse serves it (``/posts/{id}.json``, a topic's post stream, or a webhook).
+
+    ``deleted``: the post is not its author's words any more, by either of Discourse's two deletions
+    (``PostSerializer`` sends both fields on every post; ``lib/post_destroyer.rb``):
+
+    - *trashed*, ``deleted_at`` set: staff deleted it, or the stub below was cleaned up after
+      ``delete_removed_posts_after`` hours (``PostDestroyer#perform_delete``);
+    - *withdrawn*, ``user_deleted`` true and ``deleted_at`` null: its author deleted it
+      (``PostDestroyer#mark_for_deletion``). The post stays in the topic for every reader, its raw
+      replaced by "(post deleted by author)", and the author may recover it (``user_recovered``).
+
+    Neither is evidence, an answer to give, or a question to answer. ``hidden`` (flagged: its cooked
+    is withheld from non-staff) and ``post_type`` (1 regular, 2 moderator action, 3 small action,
+    4 whisper) are read as sent.
+    """
 
     id: int
     topic_id: int
@@ -60,7 +76,7 @@ class ForumPost:
             reply_to_username=reply_to_user.get("username") if isinstance(reply_to_user, Mapping) else None,
             version=int(data.get("version") or 1),
             hidden=bool(data.get("hidden", False)),
-            deleted=data.get("deleted_at") is not None or bool(data.get("user_deleted", False)),
+            deleted=is_deleted(data),
             topic_slug=str(data.get("topic_slug") or topic.get("slug") or ""),
             topic_title=str(data.get("topic_title") or topic.get("title") or ""),
             category_id=optional_int(data.get("category_id", topic.get("category_id"))),
@@ -70,6 +86,19 @@ class ForumPost:
             like_count=_like_count(data),
             accepted_answer=data.get("accepted_answer") is True,
         )
+
+
+def is_deleted(data: Mapping[str, Any]) -> bool:
+    """Trashed (``deleted_at``) or withdrawn by its author (``user_deleted``): ``ForumPost.deleted``."""
+    return data.get("deleted_at") is not None or data.get("user_deleted") is True
+
+
+def tag_names(tags: object) -> tuple[str, ...]:
+    """A topic's tags as plain names (Discourse sends strings, or ``{"name": …}`` objects since 3.2)."""
+    if not isinstance(tags, list):
+        return ()
+    names = [t.get("name") if isinstance(t, Mapping) else t for t in tags]
+    return tuple(str(n) for n in names if n)
 
 
 LIKE_ACTION_ID = 2  # PostActionType.types[:like]
@@ -135,6 +164,43 @@ class ForumTopic:
     @property
     def private_message(self) -> bool:
         return self.archetype == "private_message"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, posts: tuple[ForumPost, ...] | None = None) -> ForumTopic:
+        """The topic in Discourse's topic JSON (``/t/{id}.json``, TopicViewSerializer): the one mapping.
+
+        ``posts``: the topic's posts when the caller has read them (all pages); by default those of the
+        JSON's first stream page."""
+        if posts is None:
+            stream = data.get("post_stream")
+            entries = stream.get("posts") if isinstance(stream, Mapping) else None
+            posts = tuple(ForumPost.from_json(p, topic=data) for p in entries or () if isinstance(p, Mapping))
+        raw_details = data.get("details")
+        details: Mapping[str, Any] = raw_details if isinstance(raw_details, Mapping) else {}
+        return cls(
+            id=int(data["id"]),
+            title=str(data.get("title") or ""),
+            slug=str(data.get("slug") or ""),
+            category_id=optional_int(data.get("category_id")),
+            archetype=str(data.get("archetype") or "regular"),
+            visible=bool(data.get("visible", True)),
+            deleted=data.get("deleted_at") is not None,
+            tags=tag_names(data.get("tags")),
+            posts=posts,
+            closed=bool(data.get("closed", False)),
+            archived=bool(data.get("archived", False)),
+            # TopicViewDetailsSerializer#include_can_create_post?: present (true) only when we may reply.
+            can_reply=details.get("can_create_post") is True,
+            allowed_users=_names(details.get("allowed_users"), "username"),
+            allowed_groups=_names(details.get("allowed_groups"), "name"),
+        )
+
+
+def _names(items: object, key: str) -> tuple[str, ...]:
+    """The ``key`` of each object of a JSON list (``allowed_users`` / ``allowed_groups``)."""
+    if not isinstance(items, list):
+        return ()
+    return tuple(str(i[key]) for i in items if isinstance(i, Mapping) and i.get(key))
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,8 +49,7 @@ class SourcePost:
     raw: str | None = None
     post_type: int = 1
     hidden: bool = False
-    deleted: bool = False
-    user_deleted: bool = False
+    deleted: bool = False  # trashed or withdrawn by its author (worker.domain.ForumPost.deleted)
     archetype: str = "regular"
     topic_visible: bool = True
     topic_deleted: bool = False

@@ -22,34 +22,36 @@ names and ``read_restricted`` from ``GET /site.json``, and a category it lacks (
 only the caller's sidebar) from ``GET /c/{id}/show.json``, once. That list is partial: it never widens
 what is public (``backfill.categories``). Tags are kept only when an anonymous reader sees them: the API
 user (staff) also sees the tags of restricted tag groups, so ``GET /tag_groups.json`` says which those are
-(``backfill.tags``). Requests are paced to ``requests_per_minute`` and a 429 is retried after its
-``Retry-After`` (or ``extras.wait_seconds``).
+(``backfill.tags``). Every request goes through the bot's REST client (``DiscourseClient`` at the
+``bulk`` priority of the site-wide API budget: answers and index refresh go first); a 429 pauses that
+budget in the client, for every process, and the request is retried once the pause is over; a 5xx or a
+timeout is retried with ``worker.retry``'s backoff.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TypeVar
 
 import httpx
 
 from backfill.categories import CategoryList
-from backfill.evidence import REPLY_WINDOW
 from backfill.sources import SourceBatch, SourcePost
-from backfill.sources.discourse_json import source_post, stream_replies
-from backfill.tags import hidden_tag_names, parse_tag_groups, public_tags
+from backfill.sources.discourse_json import to_source_post
+from backfill.tags import hidden_tag_names, public_tags
 from worker.budget import ApiBudget
-from worker.clients import http as outbound
-from worker.domain import ForumCategory
-from worker.errors import AuthError, NotFoundError, RateLimitedError, ServiceUnavailableError, TransientError
+from worker.clients.discourse import DiscourseClient
+from worker.domain import ForumCategory, ForumPost, ForumTopic
+from worker.errors import AuthError, NotFoundError, RateLimitedError, TransientError
 from worker.retry import RetryPolicy, call_with_retry
 from worker.settings import DiscourseSettings
 
 log = logging.getLogger(__name__)
-SERVICE = "discourse"
+T = TypeVar("T")
 
 
 class ApiSource:
@@ -64,17 +66,17 @@ class ApiSource:
         max_retries: int = 5,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.http = http
         self.settings = settings
         # The site-wide budget at the lowest priority: answers and index refresh go first.
         self.budget = budget if budget is not None else ApiBudget(settings, sleep=sleep)
+        self.client = DiscourseClient(http, settings, budget=self.budget, priority="bulk")
         self.retry = RetryPolicy(attempts=max_retries + 1)  # worker.retry: 1 s doubling, capped at 60 s
         self.sleep = sleep
-        self._topics: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._topics: OrderedDict[int, ForumTopic] = OrderedDict()
         self._categories: dict[int, ForumCategory] | None = None
         self._looked_up: set[int] = set()
         self._hidden_tags: frozenset[str] | None = None
-        self._first: list[dict[str, Any]] | None = None  # the newest page, read for the estimate
+        self._first: list[ForumPost] | None = None  # the newest page, read for the estimate
         # The walk's bounds (``start``): ids above ``since``; ``top`` is the newest post it listed.
         self.since = 0
         self.top: int | None = None
@@ -109,15 +111,15 @@ class ApiSource:
         if cursor is not None:
             return max(0, cursor - 1 - self.since)
         self._first = self._latest(None)
-        return max(0, max((int(p["id"]) for p in self._first), default=0) - self.since)
+        return max(0, max((p.id for p in self._first), default=0) - self.since)
 
     def read(self, cursor: int | None, *, batch_size: int) -> Iterator[SourceBatch]:
         # batch_size is Discourse's page (50 posts); the pipeline's page is what Discourse returns.
         floor = self.since + 1
         hi: int | None = cursor - 1 if cursor is not None else None
         while hi is None or hi >= floor:
-            items = [p for p in self._latest(hi) if hi is None or int(p["id"]) <= hi]
-            newer = [p for p in items if int(p["id"]) >= floor]
+            items = [p for p in self._latest(hi) if hi is None or p.id <= hi]
+            newer = [p for p in items if p.id >= floor]
             if not newer:
                 if hi is not None:  # nothing left above the watermark: the rest of the range is empty
                     yield SourceBatch((), floor, hi, floor)
@@ -135,31 +137,26 @@ class ApiSource:
                 return
             hi = posts[-1].post_id - 1
 
-    def _latest(self, hi: int | None) -> list[dict[str, Any]]:
+    def _latest(self, hi: int | None) -> list[ForumPost]:
         """One page of ``GET /posts.json`` below ``hi + 1`` (the newest without ``hi``)."""
         if hi is None and self._first is not None:
             first, self._first = self._first, None
             return first
-        params = {"before": hi + 1} if hi is not None else None
-        items = self._get("/posts.json", params).get("latest_posts") or []
-        return [p for p in items if isinstance(p, dict) and "id" in p]
+        return self._call(lambda: self.client.get_latest_posts(before=hi + 1 if hi is not None else None))
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _post(self, p: dict[str, Any]) -> SourcePost:
-        topic = self._topic(int(p["topic_id"]))
-        category_id = p.get("category_id", topic.get("category_id"))
-        category = self._category(int(category_id)) if category_id else None
-        first = int(p["post_number"]) == 1
-        post = source_post(
+    def _post(self, p: ForumPost) -> SourcePost:
+        topic = self._topic(p.topic_id)
+        category_id = p.category_id if p.category_id is not None else topic.category_id
+        category = self._category(category_id) if category_id else None
+        post = to_source_post(
             p,
             topic,
+            category.name if category else None,
             category_id=category_id,
-            category_name=category.name if category else None,
             # A category Discourse will not describe (404) is treated as restricted: fail closed.
             restricted=category.read_restricted if category else category_id is not None,
-            raw=p.get("raw"),
-            replies=stream_replies(topic, int(p["id"])) if first else None,
         )
         return public_tags(post, self._tags_hidden())
 
@@ -169,12 +166,8 @@ class ApiSource:
         known = self._site_categories()
         if category_id not in known and category_id not in self._looked_up:
             self._looked_up.add(category_id)
-            try:
-                data = self._get(f"/c/{category_id}/show.json").get("category")
-            except NotFoundError:
-                data = None
-            if isinstance(data, dict) and "id" in data:
-                known[category_id] = ForumCategory.from_json(data)
+            with contextlib.suppress(NotFoundError):  # the forum has no such category
+                known[category_id] = self._call(lambda: self.client.get_category(category_id))
         return known.get(category_id)
 
     def _tags_hidden(self) -> frozenset[str]:
@@ -182,24 +175,18 @@ class ApiSource:
         user that may not read tag groups (not staff) is itself shown only the tags it may see."""
         if self._hidden_tags is None:
             try:
-                self._hidden_tags = hidden_tag_names(parse_tag_groups(self._get("/tag_groups.json")))
+                self._hidden_tags = hidden_tag_names(self._call(self.client.get_tag_groups))
             except (AuthError, NotFoundError):
                 log.warning("cannot read /tag_groups.json: tags are kept as the API user sees them")
                 self._hidden_tags = frozenset()
         return self._hidden_tags
 
-    def _topic(self, topic_id: int) -> dict[str, Any]:
+    def _topic(self, topic_id: int) -> ForumTopic:
+        """``GET /t/{id}.json`` once per topic (the last 1,024 kept): its fields, tags, and the first
+        page of its stream (whether its first post is an open question: ``backfill.evidence``)."""
         topic = self._topics.get(topic_id)
         if topic is None:
-            data = self._get(f"/t/{topic_id}.json")
-            topic = {
-                k: data.get(k)
-                for k in ("id", "title", "slug", "category_id", "archetype", "visible", "deleted_at", "tags")
-            }
-            # The first page of the stream: whether the first post is an open question (backfill.evidence).
-            stream = data.get("post_stream")
-            if isinstance(stream, dict) and isinstance(stream.get("posts"), list):
-                topic["post_stream"] = {"posts": stream["posts"][:REPLY_WINDOW]}
+            topic = self._call(lambda: self.client.get_topic(topic_id))
             self._topics[topic_id] = topic
             if len(self._topics) > 1024:
                 self._topics.popitem(last=False)
@@ -207,51 +194,22 @@ class ApiSource:
 
     def _site_categories(self) -> dict[int, ForumCategory]:
         if self._categories is None:
-            cats = self._get("/site.json").get("categories") or []
-            self._categories = {int(c["id"]): ForumCategory.from_json(c) for c in cats if "id" in c}
+            self._categories = {c.id: c for c in self._call(self.client.get_site_categories)}
         return self._categories
 
-    def _get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One GET within the site-wide API budget (``bulk``), with 429 and 5xx retried (a 429 pauses
-        the budget for every process for the server's wait)."""
-
-        def get() -> dict[str, Any]:
-            self.budget.acquire("bulk")
-            return self._request(path, params)
+    def _call(self, read: Callable[[], T]) -> T:
+        """One read of the client, with 429 and 5xx retried. The client takes a token of the site-wide
+        budget for each request and, on a 429, pauses the budget for every process for the server's
+        wait; the retry then waits for that pause in the budget, not here."""
 
         def waited(exc: TransientError, retry: int, wait: float) -> float:
-            if isinstance(exc, RateLimitedError):  # every process waits: the budget's shared pause
-                pause = exc.retry_after if exc.retry_after is not None else 60.0
-                self.budget.pause(pause)
-                log.warning("%s; the API budget waits %.1f s", exc, pause)
+            if isinstance(exc, RateLimitedError):
+                log.warning("%s; retry %d once the API budget's pause is over", exc, retry)
                 return 0.0
             log.warning("%s; retry %d in %.1f s", exc, retry, wait)
             return wait
 
-        return call_with_retry(get, self.retry, sleep=self.sleep, on_retry=waited)
-
-    def _request(self, path: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        headers = {
-            "Api-Key": self.settings.api_key.get_secret_value(),
-            "Api-Username": self.settings.api_username,
-            "Accept": "application/json",
-        }
-        what = f"GET {path}"
-        response = outbound.send(
-            self.http,
-            SERVICE,
-            "GET",
-            self.settings.base_url + path,
-            what=what,
-            params=params,
-            headers=headers,
-            timeout=self.settings.timeout_s,
-        )
-        outbound.check(SERVICE, response, what=what)
-        data = outbound.json_body(SERVICE, response, what=what)
-        if not isinstance(data, dict):
-            raise ServiceUnavailableError(f"GET {path}: unexpected JSON", service=SERVICE)
-        return data
+        return call_with_retry(read, self.retry, sleep=self.sleep, on_retry=waited)
 
 
 def _int(value: object) -> int:

@@ -24,9 +24,9 @@ import psycopg
 from backfill.categories import CategoryList
 from backfill.evidence import REPLY_WINDOW
 from backfill.sources import SourceBatch, SourcePost
-from worker.db.connect import first_line
+from worker.db.boundary import database_errors
 from worker.domain import ForumCategory
-from worker.errors import ConfigError, ServiceUnavailableError
+from worker.errors import ConfigError
 
 ELIGIBLE_SQL = """
     p.post_type = 1 AND p.deleted_at IS NULL AND NOT p.hidden AND NOT p.user_deleted
@@ -54,7 +54,7 @@ SELECT p.id, p.topic_id, p.post_number, COALESCE(t.slug, ''), COALESCE(t.title, 
            WHERE tt.topic_id = p.topic_id AND {PUBLIC_TAG_SQL} ORDER BY tg.name) END,
        CASE WHEN e.eligible THEN p.cooked END,
        CASE WHEN e.eligible AND COALESCE(p.cooked, '') = '' THEN p.raw END,
-       p.post_type, p.hidden, p.deleted_at IS NOT NULL, p.user_deleted,
+       p.post_type, p.hidden, p.deleted_at IS NOT NULL OR p.user_deleted,
        COALESCE(t.archetype, 'regular'), COALESCE(t.visible, false), t.id IS NULL OR t.deleted_at IS NOT NULL,
        COALESCE(c.read_restricted, false) OR COALESCE(pc.read_restricted, false),
        u.username, p.updated_at, p.reply_to_post_number, ru.username
@@ -74,8 +74,8 @@ LIMIT %s
 # The first replies of each topic whose first post is on the page (backfill.evidence: open question or
 # answered). Columns are those of PAGE_SQL that evidence reads; one page of the stream per topic.
 REPLIES_SQL = f"""
-SELECT r.topic_id, r.id, r.post_number, r.cooked, r.post_type, r.hidden, r.deleted_at IS NOT NULL,
-       r.user_deleted, u.username, ru.username
+SELECT r.topic_id, r.id, r.post_number, r.cooked, r.post_type, r.hidden,
+       r.deleted_at IS NOT NULL OR r.user_deleted, u.username, ru.username
 FROM unnest(%s::bigint[]) AS q(topic_id)
 CROSS JOIN LATERAL (
     SELECT * FROM posts x WHERE x.topic_id = q.topic_id AND x.post_number > 1
@@ -103,14 +103,12 @@ class DbSource:
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            try:
+            with database_errors(
+                "cannot connect to the Discourse replica", service="discourse-db", connecting=True
+            ):
                 conn = psycopg.connect(
                     self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout_s))
                 )
-            except psycopg.OperationalError as exc:
-                raise ServiceUnavailableError(
-                    f"cannot connect to the Discourse replica: {first_line(exc)}", service="discourse-db"
-                ) from exc
             conn.execute("SET default_transaction_read_only = on")
             self._conn = conn
         return self._conn
@@ -170,9 +168,8 @@ class DbSource:
                     post_type=int(r[4]),
                     hidden=bool(r[5]),
                     deleted=bool(r[6]),
-                    user_deleted=bool(r[7]),
-                    username=r[8],
-                    reply_to_username=r[9],
+                    username=r[7],
+                    reply_to_username=r[8],
                 )
             )
         return tuple(
@@ -206,13 +203,12 @@ def _post(r: tuple[Any, ...]) -> SourcePost:
         post_type=int(r[10]),
         hidden=bool(r[11]),
         deleted=bool(r[12]),
-        user_deleted=bool(r[13]),
-        archetype=r[14],
-        topic_visible=bool(r[15]),
-        topic_deleted=bool(r[16]),
-        category_read_restricted=bool(r[17]),
-        username=r[18],
-        updated_at=_iso(r[19]),
-        reply_to_post_number=r[20],
-        reply_to_username=r[21],
+        archetype=r[13],
+        topic_visible=bool(r[14]),
+        topic_deleted=bool(r[15]),
+        category_read_restricted=bool(r[16]),
+        username=r[17],
+        updated_at=_iso(r[18]),
+        reply_to_post_number=r[19],
+        reply_to_username=r[20],
     )

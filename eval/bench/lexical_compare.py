@@ -22,11 +22,12 @@ import psycopg
 from eval.bench.lexical import DATA_DIR, DB_PREFIX, load_questions
 from eval.bench.report import emit
 from eval.stack.postgres import EmbeddedPostgres, with_database
+from worker.retrieval.eligibility import ELIGIBLE
 from worker.retrieval.lexical import WEIGHTS, PostgresLexicalIndex, tsquery_any
 from worker.retrieval.recall import single_connection
 
 ROOT = Path(__file__).resolve().parents[2]
-BEFORE_SQL = """
+BEFORE_SQL = f"""
 WITH terms AS (
     SELECT t.term, t.idf, quote_literal(t.term)::tsquery AS q
     FROM unnest(%(terms)s::text[], %(idf)s::float8[]) AS t(term, idf)
@@ -34,7 +35,7 @@ WITH terms AS (
     SELECT p.post_id, p.lexical
     FROM post_index p
     WHERE p.lexical @@ %(any)s::tsquery
-      AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
+      AND {ELIGIBLE}
 ), scored AS (
     SELECT h.post_id, sum(t.idf * ts_rank(%(weights)s::float4[], h.lexical, t.q, 1)) AS score
     FROM hits h CROSS JOIN terms t
@@ -43,7 +44,7 @@ WITH terms AS (
     LIMIT %(k)s
 )
 SELECT s.post_id, s.score FROM scored s ORDER BY s.score DESC, s.post_id
-"""
+"""  # noqa: S608 - constants only
 
 
 def overlap(a: list[int], b: list[int]) -> float:

@@ -28,7 +28,6 @@ from pgvector.psycopg import register_vector
 
 from eval.bench.report import emit, print_table
 from eval.evaluation.datasets import URHO3D
-from eval.stack.forum.text import html_to_text
 from eval.stack.modelserver.models import BiEncoderScorer, Calibration, EmbeddingModel
 from eval.stack.modelserver.server import ModelServerThread, load_models
 from eval.stack.services import EmbeddedStack
@@ -36,6 +35,7 @@ from worker.clients.discourse import DiscourseClient
 from worker.clients.embeddings import TeiEmbedder
 from worker.clients.tei import TeiReranker
 from worker.errors import ConfigError
+from worker.html_text import html_to_text
 from worker.retrieval.keyword import PostgresTermStats, TermSelector
 from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection

@@ -95,7 +95,6 @@ def test_compose_text_puts_title_category_tags_before_the_body() -> None:
         ({"post_type": 2}, "post_type"),
         ({"post_type": 4}, "post_type"),
         ({"deleted": True}, "deleted"),
-        ({"user_deleted": True}, "deleted"),
         ({"hidden": True}, "hidden"),
         ({"archetype": "private_message"}, "private_message"),
         ({"topic_visible": False}, "unlisted"),

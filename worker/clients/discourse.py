@@ -116,6 +116,14 @@ class DiscourseClient:
         """``GET /posts/{id}.json``: one post, with its ``raw`` Markdown."""
         return ForumPost.from_json(self._request("GET", f"/posts/{int(post_id)}.json"))
 
+    def get_latest_posts(self, *, before: int | None = None) -> list[ForumPost]:
+        """``GET /posts.json?before=N`` (PostsController#latest): the latest posts the caller may see
+        with ids below ``before`` (the newest without it), newest first, 50 a page, with their raw."""
+        params = {"before": int(before)} if before is not None else None
+        data = self._request("GET", "/posts.json", params=params)
+        items = data.get("latest_posts") or []
+        return [ForumPost.from_json(p) for p in items if isinstance(p, Mapping) and "id" in p]
+
     def get_topic(self, topic_id: int, *, all_posts: bool = False) -> ForumTopic:
         """``GET /t/{id}.json``; with ``all_posts`` the rest of the stream is fetched 20 ids at a time."""
         data = self._request("GET", f"/t/{int(topic_id)}.json")
@@ -134,25 +142,7 @@ class DiscourseClient:
                     for p in (page.get("post_stream") or {}).get("posts") or []
                 )
             posts.sort(key=lambda p: p.post_number)
-        raw_details = data.get("details")
-        details: Mapping[str, Any] = raw_details if isinstance(raw_details, Mapping) else {}
-        return ForumTopic(
-            id=int(data["id"]),
-            title=str(data.get("title") or ""),
-            slug=str(data.get("slug") or ""),
-            category_id=optional_int(data.get("category_id")),
-            archetype=str(data.get("archetype") or "regular"),
-            visible=bool(data.get("visible", True)),
-            deleted=data.get("deleted_at") is not None,
-            tags=tuple(_tag_name(t) for t in data.get("tags") or []),
-            posts=tuple(posts),
-            closed=bool(data.get("closed", False)),
-            archived=bool(data.get("archived", False)),
-            # TopicViewDetailsSerializer#include_can_create_post?: present (true) only when we may reply.
-            can_reply=details.get("can_create_post") is True,
-            allowed_users=_names(details.get("allowed_users"), "username"),
-            allowed_groups=_names(details.get("allowed_groups"), "name"),
-        )
+        return ForumTopic.from_json(data, posts=tuple(posts))
 
     def get_user(self, user_id: int) -> Member:
         """``GET /admin/users/{id}.json`` (staff only; Admin::UsersController#show renders
@@ -341,16 +331,3 @@ def _setting_value(item: Mapping[str, Any]) -> object:
     if item.get("type") == "bool" and isinstance(value, str):
         return value.strip().lower() == "true"
     return value
-
-
-def _names(items: object, key: str) -> tuple[str, ...]:
-    """The ``key`` of each object of a JSON list (``allowed_users`` / ``allowed_groups``)."""
-    if not isinstance(items, list):
-        return ()
-    return tuple(str(i[key]) for i in items if isinstance(i, Mapping) and i.get(key))
-
-
-def _tag_name(tag: object) -> str:
-    if isinstance(tag, Mapping):
-        return str(tag.get("name") or "")
-    return str(tag)

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 
+from worker.db.boundary import first_line
 from worker.db.meta import IndexMeta, check_index_meta
 from worker.db.migrate import pending
 from worker.errors import ConfigError, PermanentError, ServiceUnavailableError
@@ -31,7 +32,7 @@ def check_database(
     except psycopg.OperationalError as exc:
         raise _connect_error(exc, where, name, user) from exc
     except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"invalid CITEBOT_DATABASE__URL: {_first_line(exc)}", service="postgres") from exc
+        raise ConfigError(f"invalid CITEBOT_DATABASE__URL: {first_line(exc)}", service="postgres") from exc
     with conn:
         missing = pending(conn, embeddings.dimension)
         has_meta = conn.execute("SELECT to_regclass('index_meta') IS NOT NULL").fetchone()
@@ -75,11 +76,6 @@ def _reason(text: str) -> str:
         tail = line.rsplit(": ", 1)[-1].strip()
         return tail[0].lower() + tail[1:] if tail else line
     return type(text).__name__
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _describe(url: str) -> tuple[str, str, str]:

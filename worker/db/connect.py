@@ -1,4 +1,4 @@
-"""Opening connections to the citebot database, with errors mapped to ours."""
+"""Opening connections to the citebot database, with errors mapped to ours (``worker.db.boundary``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import weakref
 
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
-from worker.errors import ConfigError, ServiceUnavailableError
+from worker.db.boundary import database_errors
+from worker.errors import ServiceUnavailableError
 from worker.settings import DatabaseSettings
 
 
@@ -18,14 +19,10 @@ def connect(
     settings: DatabaseSettings, *, autocommit: bool = False, vector: bool = True
 ) -> psycopg.Connection:
     """Open one connection; ``vector`` registers pgvector's types (needs the extension to exist)."""
-    try:
+    with database_errors("cannot connect", connecting=True):
         conn = psycopg.connect(
             settings.url, autocommit=autocommit, connect_timeout=max(1, int(settings.connect_timeout_s))
         )
-    except psycopg.OperationalError as exc:
-        raise ServiceUnavailableError(f"cannot connect: {first_line(exc)}", service="postgres") from exc
-    except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"invalid database URL: {first_line(exc)}", service="postgres") from exc
     if vector:
         try:
             register_vector(conn)
@@ -33,12 +30,6 @@ def connect(
             # The extension is created by the first migration; before it, plain types are enough.
             conn.rollback()
     return conn
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception message (libpq errors span several)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def configure_connection(conn: psycopg.Connection) -> None:
@@ -83,10 +74,9 @@ def open_pool(
         open=False,
     )
     try:
-        pool.open(wait=True, timeout=max(2.0, settings.connect_timeout_s * 2))
-    except PoolTimeout as exc:
+        with database_errors("cannot open a connection pool"):
+            pool.open(wait=True, timeout=max(2.0, settings.connect_timeout_s * 2))
+    except ServiceUnavailableError:
         pool.close()
-        raise ServiceUnavailableError(
-            f"cannot open a connection pool: {first_line(exc)}", service="postgres"
-        ) from exc
+        raise
     return pool

@@ -38,6 +38,7 @@ from gate import detect_language
 from worker.domain import Completion, Source, Zone
 from worker.generation import fence
 from worker.generation.wording import PLACES, Place, Wording, wording
+from worker.retrieval.stopwords import STOP_WORDS
 
 OFFLINE_MODEL = "offline-extractive"
 ENGLISH = wording("en")
@@ -70,14 +71,6 @@ _EVIDENCE = re.compile(
 _WORD = regex.compile(r"\w+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _BULLET = re.compile(r"^\s*(?:[-*+>•]|\d+[.)])\s+")
-_STOP_WORDS = """
-the and for are but not you your with this that have has had was were will would can could
-should how what when where which who why does did doing done any all some into from about there
-their them they then than its it's i'm use using used get got just also very more most like want
-need make les des une est pour pas que qui dans sur avec par plus mais comment quoi quand faire
-fait sont ont été cette ces mon mes ton tes son ses nous vous ils elles leur
-"""
-_STOP = frozenset(_STOP_WORDS.split())
 MAX_POINTS = 3
 SOURCES_READ = 6
 MAX_SENTENCE_CHARS = 300
@@ -101,7 +94,7 @@ class _Evidence:
 
 def _stems(text: str) -> set[str]:
     words = (w.casefold() for w in _WORD.findall(text))
-    return {w[:6] for w in words if len(w) >= 3 and w not in _STOP and not w.isdigit()}
+    return {w[:6] for w in words if len(w) >= 3 and w not in STOP_WORDS and not w.isdigit()}
 
 
 def _sentences(text: str) -> list[str]:

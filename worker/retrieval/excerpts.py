@@ -20,8 +20,8 @@ import numpy as np
 import psycopg
 from pgvector import Vector
 
-from worker.db.connect import first_line
-from worker.errors import ConfigError, IndexMismatchError, ServiceUnavailableError
+from worker.db.boundary import database_errors
+from worker.errors import ConfigError, IndexMismatchError
 from worker.retrieval.recall import ConnectionSource
 from worker.retrieval.rerank import rerank_text
 
@@ -78,20 +78,20 @@ class PostgresExcerptIndex:
                 service="postgres",
             )
         params = {"q": Vector(np.asarray(vector, dtype=np.float32)), "ids": list(post_ids)}
-        try:
-            with self._connections() as conn, conn.transaction():
-                if not self._checked:
-                    with self._lock:
-                        if read_excerpt_meta(conn) is None:
-                            raise ConfigError(
-                                "the excerpt column was never filled: run `citebot backfill --excerpts`",
-                                service="postgres",
-                            )
-                        check_excerpt_meta(conn, self.model, self.dimension)
-                        self._checked = True
-                rows = conn.execute(EXCERPT_COSINES_SQL, params).fetchall()
-        except (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.UndefinedTable) as exc:
-            raise ServiceUnavailableError(
-                f"excerpt column unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
+        # A database migrated before the excerpt table existed is "not there yet", not a bug.
+        with (
+            database_errors("excerpt column unavailable", unavailable=(psycopg.errors.UndefinedTable,)),
+            self._connections() as conn,
+            conn.transaction(),
+        ):
+            if not self._checked:
+                with self._lock:
+                    if read_excerpt_meta(conn) is None:
+                        raise ConfigError(
+                            "the excerpt column was never filled: run `citebot backfill --excerpts`",
+                            service="postgres",
+                        )
+                    check_excerpt_meta(conn, self.model, self.dimension)
+                    self._checked = True
+            rows = conn.execute(EXCERPT_COSINES_SQL, params).fetchall()
         return {int(r[0]): float(r[1]) for r in rows}

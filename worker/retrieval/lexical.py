@@ -24,9 +24,9 @@ from typing import Any
 import psycopg
 import regex
 
-from worker.db.connect import first_line
+from worker.db.boundary import database_errors
 from worker.domain import Candidate
-from worker.errors import ServiceUnavailableError
+from worker.retrieval.eligibility import ELIGIBLE
 from worker.retrieval.keyword import DocFrequencies, PostgresTermStats
 from worker.retrieval.recall import ConnectionSource, row_candidate
 
@@ -96,15 +96,15 @@ LEXEMES_SQL = "SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %s))"
 # tsvector detoasted once: ``|| ''``), then scored by one expression of one ``ts_rank`` per term
 # (``score_sql``). Cross-joining hits with terms and summing in a hash aggregate, as before, cost about
 # three times as much: every (post, term) pair was a row and fetched the tsvector again.
-SEARCH_SQL = """
+SEARCH_SQL = f"""
 WITH hits AS MATERIALIZED (
     SELECT p.post_id, p.lexical || ''::tsvector AS lexical
     FROM post_index p
     WHERE p.lexical @@ %(any)s::tsquery
-      AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
+      AND {ELIGIBLE}
       AND p.post_id <> ALL(%(exclude)s::bigint[])
 ), scored AS (
-    SELECT h.post_id, {score} AS score
+    SELECT h.post_id, {{score}} AS score
     FROM hits h
     ORDER BY score DESC, h.post_id
     LIMIT %(k)s
@@ -112,7 +112,7 @@ WITH hits AS MATERIALIZED (
 SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id, s.score
 FROM scored s JOIN post_index p USING (post_id)
 ORDER BY s.score DESC, p.post_id
-"""
+"""  # noqa: S608 - constants only
 
 SCORES_SQL = """
 SELECT p.post_id, {score}
@@ -242,19 +242,14 @@ class PostgresLexicalIndex:
     def search(self, question: str, k: int, exclude_post_ids: Sequence[int] = ()) -> LexicalResult:
         """The ``k`` best-scoring eligible posts, best first (``lexical`` and ``lexical_rank`` set)."""
         stats = self._stats()  # before borrowing the connection: the statistics borrow it too
-        try:
-            with self._connections() as conn, conn.transaction():
-                terms = self.terms(conn, question, stats)
-                if not terms:
-                    return LexicalResult((), ())
-                row = conn.execute(POSTS_SQL).fetchone()
-                match = match_terms(terms, stats, int(row[0]) if row else 0, self._budget)
-                params = search_params(terms, k, exclude_post_ids, match)
-                rows = conn.execute(search_sql(len(terms)), params).fetchall()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise ServiceUnavailableError(
-                f"post index unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
+        with database_errors("post index unavailable"), self._connections() as conn, conn.transaction():
+            terms = self.terms(conn, question, stats)
+            if not terms:
+                return LexicalResult((), ())
+            row = conn.execute(POSTS_SQL).fetchone()
+            match = match_terms(terms, stats, int(row[0]) if row else 0, self._budget)
+            params = search_params(terms, k, exclude_post_ids, match)
+            rows = conn.execute(search_sql(len(terms)), params).fetchall()
         return LexicalResult(_candidates(rows), tuple(terms))
 
     def scores(self, terms: Sequence[tuple[str, float]], post_ids: Sequence[int]) -> dict[int, float]:
@@ -262,13 +257,8 @@ class PostgresLexicalIndex:
         if not terms or not post_ids:
             return {}
         params = {**term_params(terms), "ids": list(post_ids)}
-        try:
-            with self._connections() as conn, conn.transaction():
-                rows = conn.execute(scores_sql(len(terms)), params).fetchall()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise ServiceUnavailableError(
-                f"post index unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
+        with database_errors("post index unavailable"), self._connections() as conn, conn.transaction():
+            rows = conn.execute(scores_sql(len(terms)), params).fetchall()
         return {int(r[0]): float(r[1]) for r in rows}
 
 

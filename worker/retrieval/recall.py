@@ -7,9 +7,9 @@ the same eligibility filter inside the index scan, with the same iterative scan.
 
 The query is ``ORDER BY embedding <=> $1 LIMIT k`` with exactly the index's expression
 (``halfvec_cosine_ops``), the vector passed as a ``HalfVector``. Eligibility is re-checked at query
-time, fail closed: a post is eligible only while its category is in ``citable_categories`` (recorded
-as public by the forum, with its ancestors: ``backfill.categories``), so a category made private, or
-never described, is excluded even if its posts were indexed before. The filter is applied after the
+time, fail closed, by the one condition of ``worker.retrieval.eligibility``: a post is eligible only
+while its category is in ``citable_categories``, so a category made private, or never described, is
+excluded even if its posts were indexed before. The filter is applied after the
 index scan, so pgvector 0.8's iterative scan keeps scanning until ``k`` rows pass it (``relaxed_order``,
 then re-sorted by distance outside a materialized CTE, as pgvector's documentation recommends).
 
@@ -38,76 +38,73 @@ import psycopg
 from pgvector import HalfVector
 from psycopg.pq import TransactionStatus
 
-from worker.db.connect import first_line
+from worker.db.boundary import database_errors
 from worker.db.meta import check_index_meta
 from worker.db.vector_index import HNSW_WITH, INDEX_NAMES, hnsw_options, read_graph, read_memory
 from worker.domain import Candidate
-from worker.errors import IndexMismatchError, ServiceUnavailableError
+from worker.errors import IndexMismatchError
+from worker.retrieval.eligibility import CITABLE_CATEGORIES_SQL, ELIGIBLE
 from worker.settings import RetrievalSettings
 
 log = logging.getLogger(__name__)
 
 ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection]]
 
-# Eligible now: in a category the forum has described as public (the allow-list, read at query time).
-# The ARRAY(...) sub-select is an InitPlan evaluated once, so the condition stays a plain filter on the
-# HNSW index scan; `category_id + 0` keeps the planner off the category b-tree, whose `= ANY(...)`
-# scan plus a sort would replace the ordered HNSW scan (and its iterative scan). The same condition
-# is spelled out in every eligibility query (lexical, threads): what runs is what you read.
-RECALL_SQL = """
+# Eligible now: ``ELIGIBLE`` (worker.retrieval.eligibility), a plain filter on the HNSW index scan.
+RECALL_SQL = f"""
 WITH nearest AS MATERIALIZED (
     SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id,
            p.embedding <=> %(q)s AS distance
     FROM post_index p
-    WHERE p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
+    WHERE {ELIGIBLE}
       AND p.post_id <> ALL(%(exclude)s::bigint[])
     ORDER BY p.embedding <=> %(q)s
     LIMIT %(k)s
 )
 SELECT * FROM nearest ORDER BY distance + 0, post_id
-"""
+"""  # noqa: S608 - constants only
 
 # The binary-quantized kind (worker.db.vector_index): the HNSW index over binary_quantize(embedding)
 # gives the ``n`` eligible posts nearest by Hamming distance (the same filters, so the iterative scan
 # fills ``n`` as above), and those are re-ranked by the exact cosine of their halfvec column. The
 # cast's typmod is the index's dimension, a literal the planner must see to match the index
 # expression; it is the one value formatted in (an int, from the settings).
-BINARY_RECALL_SQL = """
+BINARY_RECALL_SQL = f"""
 WITH candidates AS MATERIALIZED (
     SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id,
            p.embedding <=> %(q)s AS distance
     FROM post_index p
-    WHERE p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
+    WHERE {ELIGIBLE}
       AND p.post_id <> ALL(%(exclude)s::bigint[])
-    ORDER BY binary_quantize(p.embedding)::bit({dimension}) <~> binary_quantize(%(q)s)
+    ORDER BY binary_quantize(p.embedding)::bit({{dimension}}) <~> binary_quantize(%(q)s)
     LIMIT %(n)s
 )
 SELECT * FROM candidates ORDER BY distance, post_id LIMIT %(k)s
-"""
+"""  # noqa: S608 - constants only
 
-POSTS_SQL = """
+POSTS_SQL = f"""
 SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id
 FROM post_index p
 WHERE p.post_id = ANY(%s::bigint[])
-  AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
-"""
+  AND {ELIGIBLE}
+"""  # noqa: S608 - constants only
 
 # Topics with at least one post the index holds as citable now: the legacy path's hits (Discourse
 # search, topic grain) are kept only where the index agrees that the topic is public.
-CITABLE_TOPICS_SQL = """
+CITABLE_TOPICS_SQL = f"""
 SELECT DISTINCT p.topic_id
 FROM post_index p
 WHERE p.topic_id = ANY(%s::bigint[])
-  AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
-"""
+  AND {ELIGIBLE}
+"""  # noqa: S608 - constants only
 
-NEIGHBOURS_SQL = """
+NEIGHBOURS_SQL = f"""
 SELECT p.post_id, p.topic_id, p.post_number, p.topic_slug, p.topic_title, p.text, p.category_id
 FROM post_index p
 WHERE p.topic_id = %s AND p.post_number BETWEEN %s AND %s AND p.post_number <> %s
-  AND p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
+  AND {ELIGIBLE}
 ORDER BY p.post_number
-"""
+"""  # noqa: S608 - constants only
 
 COSINES_SQL = """
 SELECT p.post_id, 1 - (p.embedding <=> %(q)s) FROM post_index p WHERE p.post_id = ANY(%(ids)s::bigint[])
@@ -203,23 +200,18 @@ class PostgresPostIndex:
     def _statement(self, knobs: Knobs | None = None) -> Iterator[psycopg.Connection]:
         """A connection for one read statement, with the search ``knobs`` in effect (module docstring):
         in autocommit when the connection is idle, else inside the caller's transaction (a savepoint).
-        Connection-level failures become ServiceUnavailableError."""
-        try:
-            with self._connections() as conn:
-                if conn.info.transaction_status != TransactionStatus.IDLE:
-                    with conn.transaction():
-                        if knobs is not None:
-                            conn.execute(_SETTINGS_SQL, knobs)
-                        yield conn
-                    return
-                with _autocommit(conn):
+        Connection-level failures become ServiceUnavailableError (``worker.db.boundary``)."""
+        with database_errors("post index unavailable"), self._connections() as conn:
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                with conn.transaction():
                     if knobs is not None:
-                        _session_knobs(conn, knobs)
+                        conn.execute(_SETTINGS_SQL, knobs)
                     yield conn
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise ServiceUnavailableError(
-                f"post index unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
+                return
+            with _autocommit(conn):
+                if knobs is not None:
+                    _session_knobs(conn, knobs)
+                yield conn
 
     def check(self) -> None:
         """Compare the index's model, dimension and vector index kind with ours; raise IndexMismatchError.
@@ -307,7 +299,7 @@ class PostgresPostIndex:
 
     def citable_categories(self) -> frozenset[int]:
         with self._statement() as conn:
-            rows = conn.execute("SELECT category_id FROM citable_categories").fetchall()
+            rows = conn.execute(CITABLE_CATEGORIES_SQL).fetchall()
         return frozenset(int(r[0]) for r in rows)
 
     def neighbours(self, topic_id: int, post_number: int, n: int) -> list[Candidate]:

@@ -1,4 +1,8 @@
-"""French and English stop-words for the keyword channel, plus forum small talk.
+"""French and English stop-words, plus forum small talk: the one list.
+
+Read by the keyword channel (``worker.retrieval.keyword``), by the reading of a member's question
+(``worker.question``: does a reply name a subject) and by the offline answerer's sentence matching
+(``worker.generation.offline``).
 
 Discourse ANDs the terms of a search, so every word sent must be one the answer is likely to contain;
 these never are distinctive. Accented and unaccented spellings are both listed (people type both).
@@ -15,7 +19,7 @@ ENGLISH = _words(
     """
     a about above after again against all also am an and any anyone anything are aren't as at be
     because been before being below between both but by can can't cannot could couldn't did didn't do
-    does doesn't doing don't down during each else even ever every few for from further get gets getting
+    does doesn't doing done don't down during each else even ever every few for from further get gets getting
     got had hadn't has hasn't have haven't having he her here hers herself him himself his how however i
     if in into is isn't it it's its itself just let like make makes many may me might more most much
     must my myself need needs no nor not now of off on once one only or other others our ours ourselves

@@ -22,17 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import psycopg
 from pgvector import HalfVector
 
-from worker.db.connect import first_line
+from worker.db.boundary import database_errors
 from worker.domain import Candidate
-from worker.errors import ServiceUnavailableError
+from worker.retrieval.eligibility import ELIGIBLE
 from worker.retrieval.recall import ConnectionSource, row_candidate
 
 # Every post of the topics (the facts are read before the exclusions, so that hiding a post from
 # retrieval does not change which post is a topic's first reply); then the eligible, not excluded ones.
-THREAD_SQL = """
+THREAD_SQL = f"""
 WITH topic AS MATERIALIZED (
     SELECT p.post_id, p.topic_id, p.post_number, p.reply_to_post_number, p.username, p.category_id,
            min(p.post_number) FILTER (WHERE p.post_number > 1) OVER (PARTITION BY p.topic_id)
@@ -58,10 +57,10 @@ FROM topic t
 JOIN post_index p USING (post_id)
 LEFT JOIN asker a ON a.topic_id = t.topic_id
 LEFT JOIN asker_replied r ON r.topic_id = t.topic_id AND r.post_number = t.post_number
-WHERE p.category_id + 0 = ANY(ARRAY(SELECT category_id FROM citable_categories))
+WHERE {ELIGIBLE}
   AND p.post_id <> ALL(%(exclude)s::bigint[])
 ORDER BY p.topic_id, p.post_number
-"""
+"""  # noqa: S608 - constants only
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +109,8 @@ class PostgresThreadIndex:
             "topics": list(topic_ids),
             "exclude": list(exclude_post_ids),
         }
-        try:
-            with self._connections() as conn, conn.transaction():
-                rows = conn.execute(THREAD_SQL, params).fetchall()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise ServiceUnavailableError(
-                f"post index unavailable: {first_line(exc)}", service="postgres"
-            ) from exc
+        with database_errors("post index unavailable"), self._connections() as conn, conn.transaction():
+            rows = conn.execute(THREAD_SQL, params).fetchall()
         posts = tuple(row_candidate(r, cosine=float(r[7])) for r in rows)
         facts = {
             int(r[0]): PostFacts(

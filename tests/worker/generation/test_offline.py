@@ -254,3 +254,26 @@ def test_a_french_question_gets_french_sentences(sources: list[Source]) -> None:
     assert generator.complete_from(question, sources, "weak").text.endswith(FRENCH.weak_outro)
     assert phrases_for("How do I use the shadow map?") is ENGLISH
     assert phrases_for("") is ENGLISH
+
+
+def test_forum_small_talk_in_the_question_does_not_pick_the_sentence() -> None:
+    """One stop-word list (``worker.retrieval.stopwords``): "anyone", "help", "thanks" and "question"
+    are no subject, here as in the keyword channel; the offline answerer's own shorter list counted
+    them, and quoted a polite sentence over the answer."""
+    sources = [
+        make_source(1, "T1", "Anyone here will help, thanks for asking the question."),
+        make_source(2, "T2", "Raise the shadow map size for a sharper shadow resolution."),
+    ]
+    question = "Can anyone help with the shadow resolution? Thanks, question from a beginner"
+    text = OfflineGenerator().complete_from(question, sources, "normal").text
+    points = [line for line in text.split("\n") if line.startswith("- ")]
+    assert points[0] == "- Raise the shadow map size for a sharper shadow resolution. [[2]]"
+    assert "[[1]]" not in text
+
+
+def test_the_offline_answerer_reads_the_one_stop_word_list() -> None:
+    import worker.generation.offline as offline
+    from worker.retrieval.stopwords import STOP_WORDS
+
+    assert offline.STOP_WORDS is STOP_WORDS
+    assert not hasattr(offline, "_STOP")
