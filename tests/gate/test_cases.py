@@ -4,9 +4,9 @@
 - ``heldout.jsonl``: other wordings of the same intents, written apart from the rules;
 - ``blind-1.jsonl``, ``blind-2.jsonl``, ``blind-3.jsonl``: three sets written by someone who had
   not seen the rules (110 + 100 + 90 block, 90 + 80 + 70 pass, French and English). Each was scored
-  before any rule was written for it; CHANGELOG.md's gate history gives those first figures. They are regression
-  cases now. Where two categories overlap (a member's address: personal data or doxxing), the label
-  is the category whose rule answers first;
+  before any rule was written for it; CHANGELOG.md's gate history gives those first figures. They
+  are regression cases now. Where two categories overlap (a member's address: personal data or
+  doxxing), the label is the category whose rule answers first;
 - ``../shared/data/gate-probes-dev.jsonl`` (the project's probe file, beside the clone): every
   ``block`` probe hits and at most one ``pass`` probe does.
 """

@@ -161,7 +161,8 @@ def test_a_french_question_gets_the_french_offline_label_as_the_worker_posts_it(
     out = json.loads(capsys.readouterr().out)
     assert out["reply"], out
     assert "hors ligne" in out["reply"]
-    assert "Assembled offline" not in out["reply"] and "Written offline" not in out["reply"]
+    assert "Assembled offline" not in out["reply"]
+    assert "Written offline" not in out["reply"]
 
 
 @respx.mock
