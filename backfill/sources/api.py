@@ -78,6 +78,7 @@ class ApiSource:
         # The walk's bounds (``start``): ids above ``since``; ``top`` is the newest post it listed.
         self.since = 0
         self.top: int | None = None
+        self.requests = 0  # requests sent (retries included): what a run reports
 
     @property
     def key(self) -> str:
@@ -217,6 +218,7 @@ class ApiSource:
 
         def get() -> dict[str, Any]:
             self.budget.acquire("bulk")
+            self.requests += 1
             return self._request(path, params)
 
         def waited(exc: TransientError, retry: int, wait: float) -> float:

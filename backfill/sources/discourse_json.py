@@ -57,6 +57,7 @@ def source_post(
         updated_at=p.get("updated_at"),
         reply_to_post_number=p.get("reply_to_post_number"),
         reply_to_username=_reply_to_username(p),
+        accepted_answer=p.get("accepted_answer") is True,
         replies=replies,
     )
 
