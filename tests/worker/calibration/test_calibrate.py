@@ -352,3 +352,24 @@ def test_collected_halves_split_by_topic_in_the_run() -> None:
     halves = {q.id: q.half for q in qs}
     assert all(halves[f"topic-{t}"] == halves[f"topic-{t}/short"] for t in range(50))
     assert np.unique(list(halves.values())).tolist() == ["fit", "test"]
+
+
+@pytest.mark.integration
+def test_solved_topics_read_through_the_api_within_its_budget_count_the_requests(
+    db_url: str, tmp_path: Path
+) -> None:
+    from backfill.calibrate import read_posts
+    from tests.backfill.test_api_source import make_source, serve
+
+    with serve(db_url, tmp_path) as double:
+        sleeps: list[float] = []
+        source = make_source(double, sleeps)
+        questions = solved_questions(read_posts(source))
+        # every request went through the source's budget and is counted (the double saw the same)
+        assert source.requests == len(double.app.calls)
+        assert source.requests > 0
+    long = {q.topic_id: q for q in questions if not q.short}
+    # each topic's post #2 is its accepted answer in the double's export; the opening post is hidden
+    assert {t: q.gold_post_ids for t, q in long.items()} == {1: (102,), 2: (202,), 3: (302,)}
+    assert long[1].exclude_post_ids == (101,)
+    assert "Shadows flicker on my terrain" in long[1].text
