@@ -2,8 +2,9 @@
 through ``worker.seams.CALIBRATE``): the forum's solved topics read through the backfill's source, the
 questions built from them, then ``worker.calibration.run.calibrate`` against the index.
 
-Reading: one pass over the source's posts (an export folder, or the API within the site-wide API budget
-at the backfill's priority, ``bulk``: answers and the index refresh go first); only each topic's opening
+Reading: one pass over the source's posts (an export folder, a replica with the solved plugin's table,
+or the API within the site-wide API budget at the backfill's priority, ``bulk``: answers and the index
+refresh go first); only each topic's opening
 post and its accepted answers are kept. A question is kept when one of its accepted answers is in the
 index (citable, as the backfill decided): the others cannot be found whatever the weights.
 Not resumable: a stopped run starts again (reading an export takes seconds, the questions minutes).
@@ -23,6 +24,7 @@ from backfill.compose import build_source
 from backfill.sources import PostSource, SourcePost
 from worker.calibration.questions import CalibrationQuestion, shipped_out_of_domain, solved_questions
 from worker.calibration.run import Outcome, calibrate
+from worker.errors import ConfigError
 from worker.protocols import Embedder
 from worker.settings import Settings
 
@@ -59,6 +61,20 @@ def indexed(conn: Any, questions: list[CalibrationQuestion]) -> list[Calibration
     return out
 
 
+def open_source(settings: Settings, args: argparse.Namespace) -> PostSource:
+    """The backfill's source named by ``args``; a replica is asked for the solved plugin's accepted
+    answers too (``DbSource(accepted=True)``)."""
+    if args.source == "db":
+        from backfill.sources.db import DbSource
+
+        if not getattr(args, "database_url_source", None):
+            raise ConfigError("--source db needs --database-url-source URL (the Discourse replica)")
+        return DbSource(
+            args.database_url_source, connect_timeout_s=settings.database.connect_timeout_s, accepted=True
+        )
+    return build_source(args.source, settings, path=args.path)
+
+
 def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | None = None) -> int:
     """Read, build, calibrate, print (and with ``args.out`` write) the outcome; ``embedder`` instead of
     the configured one (tests)."""
@@ -67,7 +83,7 @@ def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | No
     from worker.retrieval.recall import single_connection
 
     started = time.perf_counter()
-    source = build_source(args.source, settings, path=args.path)
+    source = open_source(settings, args)
     bot = settings.discourse.bot_username
     try:
         built = solved_questions(read_posts(source), bot_username=bot)

@@ -27,9 +27,14 @@ HELP = (
 
 def register(group: argparse.ArgumentParser) -> None:
     group.add_argument(
-        "--source", choices=("api", "file"), help="where the solved topics come from (as the backfill's)"
+        "--source",
+        choices=("db", "api", "file"),
+        help="where the solved topics come from (as the backfill's)",
     )
     group.add_argument("--path", type=Path, help="export folder with topics/<id>.json (--source file)")
+    group.add_argument(
+        "--database-url-source", metavar="URL", help="read-only Discourse PostgreSQL replica (--source db)"
+    )
     group.add_argument(
         "--report", action="store_true", help="show the weights in use and the latest runs; fit nothing"
     )
