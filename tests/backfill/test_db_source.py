@@ -148,7 +148,8 @@ def test_the_replica_marks_the_solved_plugins_accepted_answers_when_asked(
         if storage == "table":
             conn.execute(
                 "CREATE TABLE discourse_solved_solved_topics (id bigserial PRIMARY KEY,"
-                " topic_id integer NOT NULL, answer_post_id integer NOT NULL, accepter_user_id integer NOT NULL, topic_timer_id integer,"
+                " topic_id integer NOT NULL, answer_post_id integer NOT NULL,"
+                " accepter_user_id integer NOT NULL, topic_timer_id integer,"
                 " created_at timestamp NOT NULL DEFAULT now(), updated_at timestamp NOT NULL DEFAULT now());"
                 "INSERT INTO discourse_solved_solved_topics (topic_id, answer_post_id, accepter_user_id)"
                 " VALUES (10, 2, 1)"
