@@ -17,7 +17,7 @@ from pathlib import Path
 from eval.evaluation.configs import CONFIGS, DEFAULT, UnknownConfigError, parse_configs
 from eval.evaluation.datasets import URHO3D, DatasetError
 from eval.evaluation.runner import RetrievalRun
-from eval.evaluation.thresholds import MAX_ABSTAINED
+from worker.calibration.fit import MAX_ABSTAINED
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = URHO3D
@@ -248,7 +248,8 @@ def question_texts(files: Sequence[Path]) -> dict[str, str]:
 def _excerpt_features(args: argparse.Namespace, run: RetrievalRun) -> Path:
     """``--from-features`` with the excerpt cosines computed from ``--excerpt-cosines-from``, saved to
     ``OUT/features.npz`` (see ``eval.evaluation.fit_stage.with_excerpt_cosines``)."""
-    from eval.evaluation.fit_stage import Collected, with_excerpt_cosines
+    from eval.evaluation.fit_stage import with_excerpt_cosines
+    from worker.calibration.fit import Collected
     from worker.clients.embeddings import embedder_for
     from worker.settings import ExcerptEmbeddingsSettings
 

@@ -6,7 +6,8 @@ checked to resolve by ``tests/packaging/test_import_direction.py``:
 
 - the development doubles behind ``citebot forum serve`` and ``citebot models serve``;
 - the index stack (``worker.protocols.Indexer``) that the composition root (``worker.assemble``) builds
-  into a worker's runtime, and the bulk backfill behind ``citebot backfill``.
+  into a worker's runtime, the bulk backfill behind ``citebot backfill``, and the run behind
+  ``citebot calibrate`` (it reads the forum through the backfill's sources).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ FORUM_DOUBLE = "eval.stack.forum.serve:serve"
 MODEL_DOUBLE = "eval.stack.modelserver.serve:serve"
 INDEXER = "backfill.indexer:BackfillIndexer"
 BACKFILL = "backfill.command:run"
-SEAMS = (FORUM_DOUBLE, MODEL_DOUBLE, INDEXER, BACKFILL)
+CALIBRATE = "backfill.calibrate:run"
+SEAMS = (FORUM_DOUBLE, MODEL_DOUBLE, INDEXER, BACKFILL, CALIBRATE)
 
 
 def resolve(ref: str) -> Any:

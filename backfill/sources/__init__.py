@@ -58,6 +58,9 @@ class SourcePost:
     updated_at: str | None = None
     reply_to_post_number: int | None = None
     reply_to_username: str | None = None
+    # The solved plugin's flag: this post is its topic's accepted answer (``citebot calibrate``'s gold);
+    # False when the source cannot tell.
+    accepted_answer: bool = False
     # A first post's topic siblings, to tell an open question from an answered one (backfill.evidence);
     # None when the source cannot tell.
     replies: tuple[SourcePost, ...] | None = None

@@ -80,6 +80,7 @@ class ApiSource:
         # The walk's bounds (``start``): ids above ``since``; ``top`` is the newest post it listed.
         self.since = 0
         self.top: int | None = None
+        self.requests = 0  # requests sent (retries included): what a run reports
 
     @property
     def key(self) -> str:
@@ -202,6 +203,10 @@ class ApiSource:
         budget for each request and, on a 429, pauses the budget for every process for the server's
         wait; the retry then waits for that pause in the budget, not here."""
 
+        def counted() -> T:
+            self.requests += 1  # retries included
+            return read()
+
         def waited(exc: TransientError, retry: int, wait: float) -> float:
             if isinstance(exc, RateLimitedError):
                 log.warning("%s; retry %d once the API budget's pause is over", exc, retry)
@@ -209,7 +214,7 @@ class ApiSource:
             log.warning("%s; retry %d in %.1f s", exc, retry, wait)
             return wait
 
-        return call_with_retry(read, self.retry, sleep=self.sleep, on_retry=waited)
+        return call_with_retry(counted, self.retry, sleep=self.sleep, on_retry=waited)
 
 
 def _int(value: object) -> int:

@@ -87,14 +87,30 @@ LEFT JOIN users ru ON ru.id = rp.user_id
 """  # noqa: S608
 
 
+# The solved plugin's accepted answers (discourse-solved; read only for ``citebot calibrate``): its table
+# since 2025 (db/migrate/20250318024953_copy_solved_topic_custom_field_to_discourse_solved_solved_topics.rb),
+# before it the topic custom field ``accepted_answer_post_id`` (the post id as text).
+ACCEPTED_SQL = {
+    "discourse_solved_solved_topics": (
+        "SELECT answer_post_id FROM discourse_solved_solved_topics WHERE answer_post_id = ANY(%s::bigint[])"
+    ),
+    "topic_custom_fields": (
+        "SELECT CAST(value AS bigint) FROM topic_custom_fields "
+        "WHERE name = 'accepted_answer_post_id' AND value = ANY(%s::text[])"
+    ),
+}
+
+
 class DbSource:
     """A Discourse database replica, read with keyset pagination."""
 
-    def __init__(self, url: str, *, connect_timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, *, connect_timeout_s: float = 5.0, accepted: bool = False) -> None:
         if not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError("--database-url-source must be a postgresql:// URL of the Discourse replica")
         self.url = url
         self.connect_timeout_s = connect_timeout_s
+        self.accepted = accepted  # mark the solved plugin's accepted answers (``SourcePost.accepted_answer``)
+        self._accepted_from: str | None = None
         self._conn: psycopg.Connection | None = None
 
     @property
@@ -141,11 +157,28 @@ class DbSource:
             if not rows:
                 return
             posts = self._with_replies(tuple(_post(r) for r in rows))
+            if self.accepted:
+                posts = self._with_accepted(posts)
             hi = posts[-1].post_id
             yield SourceBatch(posts, after + 1, hi, hi)
             after = hi
             if len(rows) < batch_size:
                 return
+
+    def _with_accepted(self, posts: tuple[SourcePost, ...]) -> tuple[SourcePost, ...]:
+        """Mark the page's accepted answers (``ACCEPTED_SQL``: the plugin's table, else its custom field;
+        neither: the forum has no solved plugin and nothing is marked)."""
+        conn = self._connection()
+        if self._accepted_from is None:
+            found = [t for t in ACCEPTED_SQL if _exists(conn, t)]
+            self._accepted_from = found[0] if found else ""
+        if not self._accepted_from or not posts:
+            return posts
+        ids: list[int] | list[str] = [p.post_id for p in posts]
+        if self._accepted_from == "topic_custom_fields":
+            ids = [str(i) for i in ids]
+        accepted = {int(r[0]) for r in conn.execute(ACCEPTED_SQL[self._accepted_from], (ids,)).fetchall()}
+        return tuple(replace(p, accepted_answer=True) if p.post_id in accepted else p for p in posts)
 
     def _with_replies(self, posts: tuple[SourcePost, ...]) -> tuple[SourcePost, ...]:
         """Give each first post the first replies of its topic (one query per page)."""
@@ -175,6 +208,11 @@ class DbSource:
         return tuple(
             replace(p, replies=tuple(replies[p.topic_id])) if p.post_number == 1 else p for p in posts
         )
+
+
+def _exists(conn: psycopg.Connection, table: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+    return bool(row and row[0])
 
 
 def _int(value: Any) -> int | None:

@@ -67,6 +67,7 @@ def to_source_post(
         updated_at=post.updated_at,
         reply_to_post_number=post.reply_to_post_number,
         reply_to_username=post.reply_to_username,
+        accepted_answer=post.accepted_answer,
         replies=replies,
     )
 

@@ -155,7 +155,7 @@ def build(url: str, n: int, rows: list[tuple[Any, ...]], dim: int) -> str:
 
 
 def load_questions(paths: list[Path], limit: int) -> list[str]:
-    from eval.evaluation.datasets import first_sentence
+    from worker.calibration.questions import first_sentence
 
     out: list[str] = []
     for path in paths:

@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from worker.calibration.questions import SHORT_CHARS, first_sentence  # noqa: F401  (the eval's name)
 from worker.question import Question as Asked
 from worker.question import thread_question
 
 OUT_OF_DOMAIN = "out_of_domain"
 NEAR_DOMAIN = "near_domain"
 SHORT = "short"  # a question cut to its first sentence (derived by ``short_form``)
-SHORT_CHARS = 160
 FOLLOW_UP = "follow_up"
 BOT = "citebot"  # the bot's name in the questions' mentions (``@citebot``)
 
@@ -94,38 +93,6 @@ def slice_of(tags: Sequence[str]) -> str:
     if OUT_OF_DOMAIN in tags:
         return NEAR_DOMAIN if NEAR_DOMAIN in tags else "ood"
     return SHORT if SHORT in tags else "long"
-
-
-# Greetings and thanks that open a post and say nothing about the question.
-_GREETING = re.compile(
-    r"^\s*(?:(?:hi|hello|hey|greetings|good (?:morning|evening|day)|dear \w+|bonjour|salut|hi all|"
-    r"hello all|hello everyone|hi everyone|hi guys|hello guys|hi folks|hey guys|thanks?(?: you)?|"
-    r"first of all|so|ok|well)\b[\s,!.:;\-–—]*(?:all|everyone|everybody|guys|folks|there|people)?"
-    r"[\s,!.:;\-–—]*)+",
-    re.IGNORECASE,
-)
-_SENTENCE_END = re.compile(r"(?<=[.?!])\s+|\n+")
-_MIN_WORDS = 4
-
-
-def first_sentence(text: str, limit: int = SHORT_CHARS) -> str:
-    """The question as a member would write it to a bot: the first sentence of the post that says
-    something (greetings dropped; a sentence under four words takes the next one with it), cut at a
-    word to at most ``limit`` characters."""
-    parts = [p.strip() for p in _SENTENCE_END.split(text) if p and p.strip()]
-    out = ""
-    for part in parts:
-        part = _GREETING.sub("", part).strip()
-        if not part or (not out and len(part.split()) < 2 and not part.endswith("?")):
-            continue
-        out = f"{out} {part}".strip()
-        if len(out.split()) >= _MIN_WORDS:
-            break
-    out = " ".join(out.split()) or " ".join(text.split())
-    if len(out) <= limit:
-        return out
-    cut = out[: limit + 1].rsplit(" ", 1)[0]
-    return cut if cut else out[:limit]
 
 
 def short_form(q: Question) -> Question:

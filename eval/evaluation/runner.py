@@ -113,6 +113,7 @@ def evaluate_with(
             keyword=keyword,
             http=http,
             excerpt_embedder=excerpt_embedder,
+            calibrated=False,  # the shipped weights file, whatever `citebot calibrate` recorded here
         ) as retriever:
             if run.stage_model is not None:
                 retriever.use_stage_model(run.stage_model)

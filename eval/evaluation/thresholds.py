@@ -11,7 +11,6 @@ abstain, out-of-domain ones should. Figures at the current thresholds, and propo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,7 @@ from typing import Any
 from eval.evaluation.datasets import half_of, slice_of
 from eval.evaluation.evaluate import Outcome
 from eval.evaluation.metrics import percentile
-
-MAX_ABSTAINED = 0.05
-NORMAL_PRECISION = 0.8
+from worker.calibration.fit import MAX_ABSTAINED, NORMAL_PRECISION, propose_abstain, propose_weak
 
 
 def _figures(
@@ -41,27 +38,6 @@ def _figures(
         "normal_share": round(len(normal) / (len(ans) + len(ood)), 4) if ans or ood else 0.0,
         "normal_precision": round(sum(normal) / len(normal), 4) if normal else 0.0,
     }
-
-
-def propose_abstain(answerable: Sequence[float], max_abstained: float = MAX_ABSTAINED) -> float:
-    """The highest threshold t with #(answerable < t) ≤ max_abstained · n."""
-    ordered = sorted(answerable)
-    if not ordered:
-        return -math.inf
-    allowed = math.floor(max_abstained * len(ordered))
-    return ordered[min(allowed, len(ordered) - 1)]
-
-
-def propose_weak(
-    ans: Sequence[tuple[float, bool]], ood: Sequence[float], floor: float, target: float = NORMAL_PRECISION
-) -> float | None:
-    """The lowest threshold ≥ ``floor`` whose 'normal' zone has top-1 precision ≥ ``target``, if any."""
-    scored = [(v, right) for v, right in ans] + [(v, False) for v in ood]
-    for t in sorted({v for v, _ in scored if v >= floor}):
-        above = [right for v, right in scored if v >= t]
-        if len(above) >= 10 and sum(above) / len(above) >= target:
-            return t
-    return None
 
 
 def _points(outcomes: Sequence[Outcome]) -> tuple[list[tuple[float, bool]], list[float]]:

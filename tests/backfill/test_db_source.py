@@ -136,3 +136,41 @@ def test_db_source_refuses_a_non_postgres_url() -> None:
 
     with pytest.raises(ConfigError, match="postgresql://"):
         DbSource("mysql://x")
+
+
+@pytest.mark.parametrize("storage", ["table", "custom_field", "no_plugin"])
+def test_the_replica_marks_the_solved_plugins_accepted_answers_when_asked(
+    discourse: str, storage: str
+) -> None:
+    # discourse-solved keeps them in discourse_solved_solved_topics since 2025, in the topic custom
+    # field accepted_answer_post_id before (its migration 20250318024953 copies one into the other)
+    with psycopg.connect(discourse) as conn:
+        if storage == "table":
+            conn.execute(
+                "CREATE TABLE discourse_solved_solved_topics (id bigserial PRIMARY KEY,"
+                " topic_id integer NOT NULL, answer_post_id integer NOT NULL,"
+                " accepter_user_id integer NOT NULL, topic_timer_id integer,"
+                " created_at timestamp NOT NULL DEFAULT now(), updated_at timestamp NOT NULL DEFAULT now());"
+                "INSERT INTO discourse_solved_solved_topics (topic_id, answer_post_id, accepter_user_id)"
+                " VALUES (10, 2, 1)"
+            )
+        if storage in ("table", "custom_field"):
+            conn.execute(
+                "CREATE TABLE topic_custom_fields (id serial PRIMARY KEY, topic_id integer NOT NULL,"
+                " name varchar(256) NOT NULL, value text, created_at timestamp NOT NULL DEFAULT now(),"
+                " updated_at timestamp NOT NULL DEFAULT now())"
+            )
+        if storage == "custom_field":
+            conn.execute(
+                "INSERT INTO topic_custom_fields (topic_id, name, value)"
+                " VALUES (10, 'accepted_answer_post_id', '2')"
+            )
+    for accepted in (False, True):
+        source = DbSource(discourse, accepted=accepted)
+        try:
+            marked = {
+                p.post_id for b in source.read(None, batch_size=5) for p in b.posts if p.accepted_answer
+            }
+        finally:
+            source.close()
+        assert marked == ({2} if accepted and storage != "no_plugin" else set())

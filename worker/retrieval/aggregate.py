@@ -189,9 +189,11 @@ def thresholds_for(
     abstain_below: float | None = None,
     weak_below: float | None = None,
     path: Path = THRESHOLDS_FILE,
+    base: Thresholds | None = None,
 ) -> Thresholds:
-    """The thresholds for ``scorer_id``: the table's row, else the seed's; explicit settings win."""
-    base = _table(path).get(scorer_id or "", SEED)
+    """The thresholds for ``scorer_id``: ``base`` when given (a calibration's), else the table's row,
+    else the seed's; explicit settings win."""
+    base = base if base is not None else _table(path).get(scorer_id or "", SEED)
     if abstain_below is None and weak_below is None:
         return base
     return Thresholds(

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import httpx
 
+from worker.calibration.store import Calibrations
 from worker.clients.embeddings import build_embedder, build_excerpt_embedder
 from worker.clients.tei import TeiReranker
 from worker.domain import EmbedKind
@@ -62,13 +63,16 @@ def build_retriever(
     reranker: Reranker | None = None,
     excerpt_embedder: Embedder | None = None,
     topics: TopicReader | None = None,
+    calibrated: bool = True,
 ) -> Retriever:
     """A retriever over the configured embedder, the post index behind ``connections`` (a pool's
     ``connection`` method, or ``single_connection(conn)``), ``keyword`` (a ``DiscourseClient``) and the
     TEI reranker when ``settings.reranker.base_url`` is set, and the second bi-encoder with its column
-    when ``settings.excerpt_embeddings.model`` is set. ``topics`` (the reader's ``DiscourseClient``) lets
-    the legacy path read each hit topic to cite its answer; without it the legacy path cites only the
-    hits that are replies.
+    when ``settings.excerpt_embeddings.model`` is set; the second stage's weights are the forum's own
+    when ``citebot calibrate`` recorded some for the model set (``worker.calibration.store``; not with
+    ``calibrated=False``: the eval measures the shipped weights file).
+    ``topics`` (the reader's ``DiscourseClient``) lets the legacy path read each hit topic to cite its
+    answer; without it the legacy path cites only the hits that are replies.
 
     Raises ``IndexMismatchError`` when the embedder's model or dimension is not the configured one, or
     when the index (``index_meta``) holds another model's vectors or another vector index kind: the
@@ -106,6 +110,7 @@ def build_retriever(
         rerank_excerpt_chars=settings.reranker.excerpt_chars,
         topics=topics,
         bots=(settings.discourse.bot_username, settings.discourse.api_username),
+        calibrations=Calibrations(connections, settings.retrieval.index_check_ttl_s) if calibrated else None,
     )
     # the path the shipped defaults take with this model set (docs/retrieval.md, "The shipped path")
     if retriever.has_stage_weights():

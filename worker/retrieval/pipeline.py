@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Literal
 
+from worker.calibration.store import Calibration, Calibrations
+from worker.calibration.store import describe as describe_calibration
 from worker.domain import Candidate, Source, Zone
 from worker.errors import CitebotError, ConfigError, IndexMismatchError, PermanentError, TransientError
 from worker.protocols import Embedder, KeywordSearch, Reranker
@@ -130,6 +132,7 @@ class Retriever:
         clock: Callable[[], float] = time.monotonic,
         topics: TopicReader | None = None,
         bots: Sequence[str] = (),
+        calibrations: Calibrations | None = None,
     ) -> None:
         if (
             embedder is not None
@@ -155,6 +158,8 @@ class Retriever:
         self.excerpt_embedder = excerpt_embedder if excerpts is not None else None
         self._stage_model: StageModel | None = None
         self._stage_models: dict[bool, StageModel] = {}
+        # ``citebot calibrate``'s weights for this forum, preferred to the shipped ones when present
+        self.calibrations = calibrations
         self._info_tried = False
         self._index_state = _IndexState(index, settings.index_check_ttl_s, clock) if index else None
         # The legacy path reads each hit topic as the reader to cite its answer (``legacy.py``).
@@ -353,11 +358,12 @@ class Retriever:
             what = "the reranker orders the fused candidates and sets the zones"
         else:
             what = "fused order, zone normal (no abstention on weak evidence)"
-        fit = (
-            ""
-            if weights
-            else f"; no second-stage weights for {model} until the forum is calibrated (docs/retrieval.md)"
-        )
+        if not weights:
+            fit = f"; no second-stage weights for {model} until the forum is calibrated (docs/calibrate.md)"
+        elif self.calibrations is not None:
+            fit = f"; {describe_calibration(self._calibrated(self._model_set(False)))}"
+        else:
+            fit = ""
         return f"retrieval: cosine ({model}){lexical}: {what}{fit}"
 
     # -- branches -----------------------------------------------------------------------------------
@@ -479,7 +485,7 @@ class Retriever:
     def _stage_zone(self, verdict: _StageVerdict) -> Zone:
         """The second stage's zone: abstain when the question-level score says unanswerable, else its
         top post score against the model set's thresholds (``stage:<model set>``)."""
-        limits = self.thresholds(verdict.model.scorer_id)
+        limits = self._stage_thresholds(verdict.model)
         if verdict.answerable is None:
             return assign_zone(verdict.top, limits.abstain_below, limits.weak_below)
         if verdict.answerable < verdict.model.abstain_below:
@@ -554,14 +560,43 @@ class Retriever:
 
     def stage_model(self, *, excerpt: bool = False) -> StageModel:
         """The second stage's weights for the recall model in use and, with ``excerpt``, the second
-        bi-encoder (ConfigError when none are fitted)."""
+        bi-encoder: those set by ``use_stage_model``, else the forum's own (``citebot calibrate``,
+        ``worker.calibration.store``: read again at most every TTL), else the shipped ones
+        (ConfigError when there are none)."""
         if self._stage_model is not None:
             return self._stage_model
-        if excerpt not in self._stage_models:
-            model = self.embedder.model if self.embedder is not None else ""
-            second = self.excerpt_embedder.model if excerpt and self.excerpt_embedder is not None else None
-            self._stage_models[excerpt] = load_model(model_set_id(model, second))
-        return self._stage_models[excerpt]
+        if excerpt in self._stage_models:
+            return self._stage_models[excerpt]
+        name = self._model_set(excerpt)
+        calibrated = self._calibrated(name)
+        if calibrated is not None and calibrated.model is not None:
+            return calibrated.model
+        return load_model(name)
+
+    def _model_set(self, excerpt: bool) -> str:
+        model = self.embedder.model if self.embedder is not None else ""
+        second = self.excerpt_embedder.model if excerpt and self.excerpt_embedder is not None else None
+        return model_set_id(model, second)
+
+    def _calibrated(self, model_set: str) -> Calibration | None:
+        """The active calibration of ``model_set`` (None without the store, or none recorded)."""
+        if self.calibrations is None:
+            return None
+        found = self.calibrations.get(model_set)
+        return found if found is not None and found.model is not None else None
+
+    def _stage_thresholds(self, model: StageModel) -> Thresholds:
+        """The zone thresholds of ``model``: the calibration's when ``model`` is the calibrated one
+        (explicit settings still win), else the shipped table's for its model set."""
+        calibrated = self._calibrated(model.model_set)
+        if calibrated is not None and calibrated.model is model and calibrated.thresholds is not None:
+            return thresholds_for(
+                None,
+                abstain_below=self.settings.abstain_below,
+                weak_below=self.settings.weak_below,
+                base=calibrated.thresholds,
+            )
+        return self.thresholds(model.scorer_id)
 
     def _lexical(self, question: str, exclude_post_ids: Sequence[int], trace: Trace) -> LexicalResult:
         if self.lexical is None:

@@ -219,25 +219,28 @@ def read_weights(path: Path = WEIGHTS_FILE) -> dict[str, Any]:
     return data
 
 
+def model_from_dict(name: str, row: Mapping[str, Any]) -> StageModel:
+    """A model set's weights as ``StageModel.as_dict`` wrote them (``stage_weights.json``, or a row
+    of ``citebot calibrate``'s)."""
+    topic, abstention = row.get("topic"), row.get("abstention")
+    post = Linear.from_dict(row, FEATURES)
+    return StageModel(
+        model_set=name,
+        features=post.features,
+        weights=post.weights,
+        mean=post.mean,
+        std=post.std,
+        bias=post.bias,
+        topic=Linear.from_dict(topic) if topic else None,
+        within=float(topic.get("within", 1.0)) if topic else 1.0,
+        abstention=Linear.from_dict(abstention) if abstention else None,
+        abstain_below=float(abstention["abstain_below"]) if abstention else -math.inf,
+    )
+
+
 @lru_cache(maxsize=8)
 def _models(path: Path) -> Mapping[str, StageModel]:
-    out = {}
-    for name, row in read_weights(path)["model_sets"].items():
-        topic, abstention = row.get("topic"), row.get("abstention")
-        post = Linear.from_dict(row, FEATURES)
-        out[name] = StageModel(
-            model_set=name,
-            features=post.features,
-            weights=post.weights,
-            mean=post.mean,
-            std=post.std,
-            bias=post.bias,
-            topic=Linear.from_dict(topic) if topic else None,
-            within=float(topic.get("within", 1.0)) if topic else 1.0,
-            abstention=Linear.from_dict(abstention) if abstention else None,
-            abstain_below=float(abstention["abstain_below"]) if abstention else -math.inf,
-        )
-    return out
+    return {name: model_from_dict(name, row) for name, row in read_weights(path)["model_sets"].items()}
 
 
 def load_model(model_set: str, path: Path = WEIGHTS_FILE) -> StageModel:
@@ -245,8 +248,9 @@ def load_model(model_set: str, path: Path = WEIGHTS_FILE) -> StageModel:
     model = _models(path).get(model_set)
     if model is None:
         raise ConfigError(
-            f"no second-stage weights for model set {model_set!r} in {path.name}: fit them with "
-            "`python -m eval fit-stage` (without them the shipped path ranks without the stage)"
+            f"no second-stage weights for model set {model_set!r} in {path.name}: fit them to the forum "
+            "with `citebot calibrate` (or `python -m eval fit-stage`; without them the shipped path ranks "
+            "without the stage)"
         )
     return model
 

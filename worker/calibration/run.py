@@ -1,0 +1,335 @@
+"""One calibration: collect the second stage's features, fit on one half, judge on the other, decide.
+
+1. Every question (``worker.calibration.questions``: each solved topic's opening post and its short
+   form, and the shipped out-of-domain questions) goes through the retriever's second stage under
+   provisional weights (cosine alone: the candidate set, the first ``stage_k`` fused posts, does not
+   depend on the weights), and every candidate's features are kept (``Collected``).
+2. The fit half (a fixed hash of the topic id: a question's forms never cross halves) is fitted
+   (``worker.calibration.fit.fit_model``: post, topic and abstention scores, zone thresholds).
+3. The test half judges the new fit, the shipped weights and, when one is active, the calibration in
+   use, on the same questions: topic@5 and post@5 of the answerable questions (long and short), the
+   share of out-of-domain questions abstained on, the share of answerable ones abstained on, each with
+   its 95 % Wilson interval, and one figure of merit (their mean, abstained answerable counted as
+   ``1 − share``) that decides.
+4. The new fit replaces what is in use only when its merit on the test half is at least that of what
+   is in use (the active calibration, else the shipped weights), or with ``force``. Below
+   ``min_topics`` solved topics nothing is fitted: the shipped weights stay. Every run is recorded
+   (``worker.calibration.store``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from worker.calibration import store
+from worker.calibration.fit import (
+    Collected,
+    Fitted,
+    abstained,
+    answerable_only,
+    fit_model,
+    provisional,
+    question_hits,
+    subset,
+)
+from worker.calibration.questions import CalibrationQuestion
+from worker.errors import CitebotError, ConfigError
+from worker.retrieval.aggregate import thresholds_for
+from worker.retrieval.pipeline import Retriever
+from worker.retrieval.route import Route
+from worker.retrieval.stage import FEATURES, StageModel, load_model, model_set_id
+
+log = logging.getLogger(__name__)
+
+# Fewer solved topics than this and the shipped weights stay: about half of them fit (each with its
+# short form), half judge, and at 50 test topics a share's 95 % interval is already ±14 points.
+MIN_SOLVED_TOPICS = 100
+FLOOR_SOLVED_TOPICS = 20  # the lowest ``--min-topics`` accepted (tests, a trial on a small forum)
+Z95 = 1.959964
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of the share ``k / n`` (95 % by default); (0, 1) when ``n`` is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)
+
+
+def share(flags: np.ndarray) -> dict[str, Any]:
+    k, n = int(np.asarray(flags, dtype=bool).sum()), len(flags)
+    return {"value": round(k / n, 4) if n else None, "k": k, "n": n, "ci95": list(wilson(k, n))}
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One model set's figures on the test half, and its per-question outcomes."""
+
+    name: str
+    figures: dict[str, Any]
+    per_question: dict[str, dict[str, bool]] = field(default_factory=dict)
+
+    @property
+    def merit(self) -> float:
+        return float(self.figures["merit"])
+
+
+def judge(name: str, data: Collected, model: StageModel, abstain_below: float) -> Judged:
+    """``model`` (with the zone threshold ``abstain_below``) on ``data`` (the test half)."""
+    answerable = data.answerable_mask()
+    short = np.asarray([q.endswith("/short") for q in data.questions])
+    ans = answerable_only(data)
+    hits = question_hits(ans, model) if len(ans.questions) else np.zeros((0, 3), dtype=bool)
+    gone = abstained(data, model, abstain_below)
+    ans_short = short[answerable]
+    figures: dict[str, Any] = {}
+    for slice_name, mask in (
+        ("all", np.ones(len(ans.questions), bool)),
+        ("long", ~ans_short),
+        ("short", ans_short),
+    ):
+        figures[slice_name] = {
+            "topic@5": share(hits[mask, 1]),
+            "post@5": share(hits[mask, 0]),
+            "cited_accepted@5": share(hits[mask, 2]),
+            "abstained": share(gone[answerable][mask]),
+        }
+    figures["ood"] = {"abstained": share(gone[~answerable])}
+    parts = [
+        figures["all"]["topic@5"]["value"],
+        figures["all"]["post@5"]["value"],
+        figures["ood"]["abstained"]["value"],
+        None if figures["all"]["abstained"]["value"] is None else 1 - figures["all"]["abstained"]["value"],
+    ]
+    known = [p for p in parts if p is not None]
+    figures["merit"] = round(sum(known) / len(known), 4) if known else 0.0
+    per_question: dict[str, dict[str, bool]] = {}
+    for qi, qid in enumerate(ans.questions):
+        per_question[qid] = {"post@5": bool(hits[qi, 0]), "topic@5": bool(hits[qi, 1])}
+    for qi, qid in enumerate(data.questions):
+        per_question.setdefault(qid, {})["abstained"] = bool(gone[qi])
+    return Judged(name, figures, per_question)
+
+
+def collect(
+    retriever: Retriever,
+    questions: Sequence[CalibrationQuestion],
+    model_set: str,
+    *,
+    excerpt: bool,
+    every: int = 25,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[Collected, list[str]]:
+    """Every question through the second stage under provisional weights, each candidate's features
+    kept (``Collected``); the ids of the questions retrieval failed on (left out) come second."""
+    retriever.use_stage_model(provisional(model_set))
+    route = Route(ranker="stage", excerpt=excerpt)
+    xs: list[list[float]] = []
+    ys: list[float] = []
+    qs: list[int] = []
+    gt: list[float] = []
+    topics: list[int] = []
+    posts: list[int] = []
+    ids: list[str] = []
+    answerable: list[bool] = []
+    failed: list[str] = []
+    started = clock()
+    for n, q in enumerate(questions, 1):
+        try:
+            result = retriever.retrieve(q.text, exclude_post_ids=q.exclude_post_ids, route=route)
+        except CitebotError as exc:
+            log.warning("calibrate: question %s left out: %s", q.id, exc)
+            failed.append(q.id)
+            continue
+        gold = set(q.gold_post_ids)
+        ids.append(q.id)
+        answerable.append(q.answerable)
+        for cand, row in zip(result.candidates, result.stage_features, strict=False):
+            xs.append([row[f] for f in FEATURES])
+            ys.append(1.0 if cand.post_id in gold else 0.0)
+            qs.append(len(ids) - 1)
+            gt.append(1.0 if q.topic_id is not None and cand.topic_id == q.topic_id else 0.0)
+            topics.append(cand.topic_id)
+            posts.append(cand.post_id)
+        if n % every == 0 or n == len(questions):
+            spent = clock() - started
+            left = spent / n * (len(questions) - n)
+            log.info("calibrate: %d/%d questions (%.0f s, about %.0f s left)", n, len(questions), spent, left)
+    data = Collected(
+        np.asarray(xs, dtype=np.float64).reshape(-1, len(FEATURES)),
+        np.asarray(ys, dtype=np.float64),
+        np.asarray(qs, dtype=np.int64),
+        np.asarray(gt, dtype=np.float64),
+        np.asarray(topics, dtype=np.int64),
+        tuple(ids),
+        {},
+        np.asarray(posts, dtype=np.int64),
+        np.asarray(answerable, dtype=bool),
+    )
+    return data, failed
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a run decided, and why: what ``citebot calibrate`` prints and records."""
+
+    model_set: str
+    decision: str
+    reason: str
+    questions: dict[str, Any]
+    figures: dict[str, Any]
+    record: store.Calibration | None = None
+    fitted: Fitted | None = None
+    per_question: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def model_set_of(retriever: Retriever) -> tuple[str, bool]:
+    """The model set the worker's second stage uses with this retriever, and whether it includes the
+    second bi-encoder's excerpt cosine."""
+    excerpt = retriever.excerpts is not None and retriever.excerpt_embedder is not None
+    if retriever.embedder is None:
+        raise ConfigError("calibrate needs the embedder (CITEBOT_EMBEDDINGS__*)")
+    second = retriever.excerpt_embedder.model if excerpt and retriever.excerpt_embedder is not None else None
+    return model_set_id(retriever.embedder.model, second), excerpt
+
+
+def shipped(model_set: str) -> tuple[StageModel, float] | None:
+    """The shipped weights of ``model_set`` and their zone threshold, as the worker reads them."""
+    try:
+        model = load_model(model_set)
+    except ConfigError:
+        return None
+    return model, thresholds_for(model.scorer_id).abstain_below
+
+
+def decide(new: float, old: float | None, in_use: str | None, *, force: bool) -> tuple[str, str]:
+    """Whether the new fit (merit ``new`` on the test half) replaces the ``in_use`` weights (merit
+    ``old`` on the same questions; None: nothing in use), and why: it does when it is at least as good,
+    or with ``force``."""
+    if old is None:
+        return store.ACTIVATED, "no weights were in use for this model set"
+    if new >= old:
+        return store.ACTIVATED, (
+            f"the new fit's merit on the test half, {new:.4f}, is at least that of the {in_use} weights "
+            f"({old:.4f})"
+        )
+    if force:
+        return (
+            store.FORCED,
+            f"--force: the {in_use} weights did better on the test half ({old:.4f} > {new:.4f})",
+        )
+    return store.KEPT_ACTIVE, (
+        f"the {in_use} weights did better on the test half ({old:.4f} > {new:.4f}): they stay "
+        "(--force replaces them)"
+    )
+
+
+def calibrate(
+    retriever: Retriever,
+    conn: psycopg.Connection,
+    answerable: Sequence[CalibrationQuestion],
+    out_of_domain: Sequence[CalibrationQuestion],
+    *,
+    source: str,
+    solved_topics: int,
+    force: bool = False,
+    min_topics: int = MIN_SOLVED_TOPICS,
+    extra: Mapping[str, Any] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Outcome:
+    """The whole run (module docstring); the outcome is recorded in ``stage_calibrations``."""
+    if min_topics < FLOOR_SOLVED_TOPICS:
+        raise ConfigError(f"--min-topics must be at least {FLOOR_SOLVED_TOPICS}")
+    started = clock()
+    model_set, excerpt = model_set_of(retriever)
+    counts: dict[str, Any] = {
+        "solved_topics": solved_topics,
+        "min_topics": min_topics,
+        "answerable": {h: sum(q.half == h for q in answerable) for h in ("fit", "test")},
+        "out_of_domain": {h: sum(q.half == h for q in out_of_domain) for h in ("fit", "test")},
+        **(extra or {}),
+    }
+    if solved_topics < min_topics:
+        reason = (
+            f"{solved_topics} solved topics (topics with an accepted answer) is below the minimum of "
+            f"{min_topics}: too few to fit and judge weights; the shipped weights stay"
+        )
+        row = store.record(
+            conn,
+            model_set=model_set,
+            decision=store.TOO_LITTLE_DATA,
+            source=source,
+            questions=counts,
+            figures={"reason": reason},
+        )
+        return Outcome(model_set, store.TOO_LITTLE_DATA, reason, counts, {}, row, seconds=clock() - started)
+
+    questions = [*answerable, *out_of_domain]
+    log.info(
+        "calibrate %s: %d questions (%d solved topics, long and short forms; %d out of domain)",
+        model_set,
+        len(questions),
+        solved_topics,
+        len(out_of_domain),
+    )
+    data, failed = collect(retriever, questions, model_set, excerpt=excerpt, clock=clock)
+    counts["failed"] = failed
+    collected_s = clock() - started
+    half = {q.id: q.half for q in questions}
+    in_fit = np.asarray([half[q] == "fit" for q in data.questions])
+    fit_half, test_half = subset(data, in_fit), subset(data, ~in_fit)
+    features = FEATURES if excerpt else tuple(f for f in FEATURES if f != "excerpt_cosine")
+    fit_half = replace(fit_half, meta={"data": f"{solved_topics} solved topics ({source}), fit half"})
+    fitted = fit_model(fit_half, model_set, features=features)
+
+    judged = {"calibrated": judge("calibrated", test_half, fitted.model, fitted.abstain_below)}
+    ship = shipped(model_set)
+    if ship is not None:
+        judged["shipped"] = judge("shipped", test_half, *ship)
+    current = store.active(conn, model_set)
+    if current is not None and current.model is not None and current.abstain_below is not None:
+        judged["active"] = judge("active", test_half, current.model, current.abstain_below)
+    in_use = "active" if "active" in judged else "shipped" if "shipped" in judged else None
+    decision, reason = decide(
+        judged["calibrated"].merit, judged[in_use].merit if in_use else None, in_use, force=force
+    )
+    figures: dict[str, Any] = {
+        "test_half": {name: j.figures for name, j in judged.items()},
+        "in_use_before": in_use,
+        "fit": fitted.figures,
+        "collect_s": round(collected_s, 1),
+        "seconds": round(clock() - started, 1),
+        "interval": "95 % Wilson score interval of each share",
+        "merit": "mean of topic@5, post@5 (answerable, long and short), out-of-domain abstained and "
+        "1 - answerable abstained, on the test half",
+        "reason": reason,
+    }
+    row = store.record(
+        conn,
+        model_set=model_set,
+        decision=decision,
+        source=source,
+        questions=counts,
+        figures=figures,
+        model=fitted.model,
+        abstain_below=fitted.abstain_below,
+        weak_below=fitted.weak_below,
+    )
+    per_question = {
+        qid: {"half": half[qid], **{name: j.per_question.get(qid, {}) for name, j in judged.items()}}
+        for qid in data.questions
+    }
+    return Outcome(
+        model_set, decision, reason, counts, figures, row, fitted, per_question, seconds=clock() - started
+    )

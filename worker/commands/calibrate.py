@@ -1,0 +1,165 @@
+"""``citebot calibrate``: fit the second stage's weights and zone thresholds to this forum's solved topics.
+
+The run (``backfill.calibrate.run``: it reads the forum through the backfill's sources) is reached
+through the seam ``worker.seams.CALIBRATE``; ``--report`` reads the database only. See docs/calibrate.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from worker.calibration.run import FLOOR_SOLVED_TOPICS, MIN_SOLVED_TOPICS
+from worker.commands.common import preflight, settings_from
+from worker.seams import CALIBRATE, resolve
+
+NAME = "calibrate"
+HELP = (
+    "fit the second stage's weights and zone thresholds to the forum's solved topics "
+    "(--report: what is in use; see docs/calibrate.md)"
+)
+
+
+def register(group: argparse.ArgumentParser) -> None:
+    group.add_argument(
+        "--source",
+        choices=("db", "api", "file"),
+        help="where the solved topics come from (as the backfill's)",
+    )
+    group.add_argument("--path", type=Path, help="export folder with topics/<id>.json (--source file)")
+    group.add_argument(
+        "--database-url-source", metavar="URL", help="read-only Discourse PostgreSQL replica (--source db)"
+    )
+    group.add_argument(
+        "--report", action="store_true", help="show the weights in use and the latest runs; fit nothing"
+    )
+    group.add_argument(
+        "--force",
+        action="store_true",
+        help="use the new fit even when the weights in use did better on the test half",
+    )
+    group.add_argument(
+        "--min-topics",
+        type=int,
+        default=MIN_SOLVED_TOPICS,
+        metavar="N",
+        help=f"solved topics needed to fit (default {MIN_SOLVED_TOPICS}, at least {FLOOR_SOLVED_TOPICS}); "
+        "below it the shipped weights stay",
+    )
+    group.add_argument(
+        "--out", type=Path, metavar="FILE", help="also write the whole result (JSON, per question)"
+    )
+    group.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    group.set_defaults(handler=_calibrate)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    if args.report:
+        preflight(settings, index=False)
+        return report(settings, as_json=args.json)
+    if args.source is None:
+        print("citebot: --source is required (or --report)", file=sys.stderr)
+        return 2
+    if args.min_topics < FLOOR_SOLVED_TOPICS:
+        print(f"citebot: --min-topics must be at least {FLOOR_SOLVED_TOPICS}", file=sys.stderr)
+        return 2
+    preflight(settings)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        code: int = resolve(CALIBRATE)(settings, args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return code
+
+
+def report(settings: Any, *, as_json: bool = False) -> int:
+    """What the worker uses for the configured model set, and the latest runs."""
+    from worker.calibration import store
+    from worker.db.connect import connect
+    from worker.retrieval.stage import model_set_id
+
+    second = settings.excerpt_embeddings.model if settings.excerpt_embeddings.enabled else None
+    sets = [model_set_id(settings.embeddings.model)]
+    if second:
+        sets.append(model_set_id(settings.embeddings.model, second))
+    conn = connect(settings.database, autocommit=True)
+    try:
+        rows = {m: (store.active(conn, m), store.history(conn, m, limit=5)) for m in sets}
+    finally:
+        conn.close()
+    if as_json:
+        print(
+            json.dumps(
+                {m: {"active": _brief(a), "runs": [_brief(r) for r in h]} for m, (a, h) in rows.items()}
+            )
+        )
+        return 0
+    for m, (active, runs) in rows.items():
+        print(f"model set {m}")
+        print(f"  in use: {store.describe(active)}")
+        if active is not None:
+            print(_lines(active))
+        if not runs:
+            print("  no calibration recorded: run `citebot calibrate --source …`")
+        for r in runs:
+            print(
+                f"  run {r.id}, {r.fitted_at:%Y-%m-%d %H:%M} UTC, {r.decision}: {r.figures.get('reason', '')}"
+            )
+    return 0
+
+
+def _brief(c: Any) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "id": c.id,
+        "fitted_at": c.fitted_at.isoformat(),
+        "active": c.active,
+        "decision": c.decision,
+        "source": c.source,
+        "abstain_below": c.abstain_below,
+        "weak_below": c.weak_below,
+        "questions": c.questions,
+        "figures": c.figures,
+    }
+
+
+def _lines(c: Any) -> str:
+    """The test-half table of a recorded run: each model set's figures with their intervals."""
+    out = [
+        f"  fitted {c.fitted_at:%Y-%m-%d %H:%M} UTC from {c.source}: "
+        f"{c.questions.get('solved_topics')} solved topics; zone thresholds abstain < "
+        f"{c.abstain_below:.3f}, weak < {c.weak_below:.3f}",
+    ]
+    out.extend(table(c.figures.get("test_half", {})))
+    return "\n".join(out)
+
+
+def table(test_half: dict[str, Any]) -> list[str]:
+    """The test half's figures, one line per weights judged (95 % Wilson intervals in brackets)."""
+
+    def cell(f: dict[str, Any] | None) -> str:
+        if not f or f.get("value") is None:
+            return "—"
+        lo, hi = f["ci95"]
+        return f"{f['value']:.3f} [{lo:.2f}, {hi:.2f}] n={f['n']}"
+
+    lines = [
+        "  test half: weights | topic@5 | post@5 | out-of-domain abstained | answerable abstained | merit"
+    ]
+    for name, f in test_half.items():
+        lines.append(
+            f"    {name}: {cell(f['all']['topic@5'])} | {cell(f['all']['post@5'])} | "
+            f"{cell(f['ood']['abstained'])} | {cell(f['all']['abstained'])} | {f['merit']:.4f}"
+        )
+    return lines
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
