@@ -26,6 +26,7 @@ from worker.calibration.fit import (  # noqa: F401  (re-exported: the eval's tes
     L2,
     MAX_ABSTAINED,
     Collected,
+    FeatureRows,
     abstention_threshold,
     answerable_only,
     check_features,
@@ -57,26 +58,10 @@ def collect_features(run: RetrievalRun, model_set: str) -> Collected:
     """The fit half through the second stage under provisional weights (the candidate set does not
     depend on the weights), every candidate's features recorded; out-of-domain questions too (the
     abstention model's negatives: their candidates are all labelled 0)."""
-    xs: list[list[float]] = []
-    ys: list[float] = []
-    qs: list[int] = []
-    gt: list[float] = []
-    topics: list[int] = []
-    posts: list[int] = []
-    ids: list[str] = []
-    answerable: list[bool] = []
+    rows = FeatureRows()
 
     def collect(q: Question, config: Config, result: RetrievalResult) -> None:
-        gold, gold_topics = set(q.gold_post_ids), set(q.gold_topic_ids)
-        ids.append(q.id)
-        answerable.append(q.answerable)
-        for cand, row in zip(result.candidates, result.stage_features, strict=False):
-            xs.append([row[f] for f in FEATURES])
-            ys.append(1.0 if cand.post_id in gold else 0.0)
-            qs.append(len(ids) - 1)
-            gt.append(1.0 if cand.topic_id in gold_topics else 0.0)
-            topics.append(cand.topic_id)
-            posts.append(cand.post_id)
+        rows.add(q.id, q.answerable, q.gold_post_ids, q.gold_topic_ids, result)
 
     stage_run = replace(
         run,
@@ -92,17 +77,7 @@ def collect_features(run: RetrievalRun, model_set: str) -> Collected:
         + f" — the fit half only (long and short forms); forum {results['meta']['forum']} "
         f"({results['meta']['posts_indexed']} posts)",
     }
-    return Collected(
-        np.asarray(xs, dtype=np.float64).reshape(-1, len(FEATURES)),
-        np.asarray(ys, dtype=np.float64),
-        np.asarray(qs, dtype=np.int64),
-        np.asarray(gt, dtype=np.float64),
-        np.asarray(topics, dtype=np.int64),
-        tuple(ids),
-        meta,
-        np.asarray(posts, dtype=np.int64),
-        np.asarray(answerable, dtype=bool),
-    )
+    return rows.collected(meta)
 
 
 def with_excerpt_cosines(

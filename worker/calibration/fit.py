@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from worker.retrieval.stage import (
     question_row,
     topic_rows,
 )
+
+if TYPE_CHECKING:
+    from worker.retrieval.pipeline import RetrievalResult
 
 MAX_ABSTAINED = 0.05  # answerable questions a proposed abstain threshold may abstain on (each slice)
 NORMAL_PRECISION = 0.8  # the top-1 precision the normal zone must reach
@@ -88,6 +91,55 @@ def provisional(model_set: str) -> StageModel:
     d = len(FEATURES)
     weights = tuple(1.0 if f == "cosine" else 0.0 for f in FEATURES)
     return StageModel(model_set, FEATURES, weights, (0.0,) * d, (1.0,) * d)
+
+
+@dataclass(slots=True)
+class FeatureRows:
+    """The rows of a ``Collected`` as questions go through the second stage: ``add`` each question's
+    retrieval (its candidates and their ``stage_features``), then ``collected``. The one collector of
+    ``citebot calibrate`` and ``python -m eval fit-stage``."""
+
+    xs: list[list[float]] = field(default_factory=list)
+    ys: list[float] = field(default_factory=list)
+    qs: list[int] = field(default_factory=list)
+    gt: list[float] = field(default_factory=list)
+    topics: list[int] = field(default_factory=list)
+    posts: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    answerable: list[bool] = field(default_factory=list)
+
+    def add(
+        self,
+        question_id: str,
+        answerable: bool,
+        gold_posts: Sequence[int],
+        gold_topics: Sequence[int],
+        result: RetrievalResult,
+    ) -> None:
+        """One question's candidates: label 1 for an accepted answer, ``gold_topic`` 1 for its topic."""
+        gold, topics = set(gold_posts), set(gold_topics)
+        self.ids.append(question_id)
+        self.answerable.append(answerable)
+        for cand, row in zip(result.candidates, result.stage_features, strict=False):
+            self.xs.append([row[f] for f in FEATURES])
+            self.ys.append(1.0 if cand.post_id in gold else 0.0)
+            self.qs.append(len(self.ids) - 1)
+            self.gt.append(1.0 if cand.topic_id in topics else 0.0)
+            self.topics.append(cand.topic_id)
+            self.posts.append(cand.post_id)
+
+    def collected(self, meta: dict[str, Any] | None = None) -> Collected:
+        return Collected(
+            np.asarray(self.xs, dtype=np.float64).reshape(-1, len(FEATURES)),
+            np.asarray(self.ys, dtype=np.float64),
+            np.asarray(self.qs, dtype=np.int64),
+            np.asarray(self.gt, dtype=np.float64),
+            np.asarray(self.topics, dtype=np.int64),
+            tuple(self.ids),
+            meta or {},
+            np.asarray(self.posts, dtype=np.int64),
+            np.asarray(self.answerable, dtype=bool),
+        )
 
 
 @dataclass(frozen=True, slots=True)

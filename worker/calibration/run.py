@@ -32,6 +32,7 @@ import psycopg
 from worker.calibration import store
 from worker.calibration.fit import (
     Collected,
+    FeatureRows,
     Fitted,
     abstained,
     answerable_only,
@@ -134,14 +135,7 @@ def collect(
     kept (``Collected``); the ids of the questions retrieval failed on (left out) come second."""
     retriever.use_stage_model(provisional(model_set))
     route = Route(ranker="stage", excerpt=excerpt)
-    xs: list[list[float]] = []
-    ys: list[float] = []
-    qs: list[int] = []
-    gt: list[float] = []
-    topics: list[int] = []
-    posts: list[int] = []
-    ids: list[str] = []
-    answerable: list[bool] = []
+    rows = FeatureRows()
     failed: list[str] = []
     started = clock()
     for n, q in enumerate(questions, 1):
@@ -151,31 +145,13 @@ def collect(
             log.warning("calibrate: question %s left out: %s", q.id, exc)
             failed.append(q.id)
             continue
-        gold = set(q.gold_post_ids)
-        ids.append(q.id)
-        answerable.append(q.answerable)
-        for cand, row in zip(result.candidates, result.stage_features, strict=False):
-            xs.append([row[f] for f in FEATURES])
-            ys.append(1.0 if cand.post_id in gold else 0.0)
-            qs.append(len(ids) - 1)
-            gt.append(1.0 if q.topic_id is not None and cand.topic_id == q.topic_id else 0.0)
-            topics.append(cand.topic_id)
-            posts.append(cand.post_id)
+        topics = (q.topic_id,) if q.topic_id is not None else ()
+        rows.add(q.id, q.answerable, q.gold_post_ids, topics, result)
         if n % every == 0 or n == len(questions):
             spent = clock() - started
             left = spent / n * (len(questions) - n)
             log.info("calibrate: %d/%d questions (%.0f s, about %.0f s left)", n, len(questions), spent, left)
-    data = Collected(
-        np.asarray(xs, dtype=np.float64).reshape(-1, len(FEATURES)),
-        np.asarray(ys, dtype=np.float64),
-        np.asarray(qs, dtype=np.int64),
-        np.asarray(gt, dtype=np.float64),
-        np.asarray(topics, dtype=np.int64),
-        tuple(ids),
-        {},
-        np.asarray(posts, dtype=np.int64),
-        np.asarray(answerable, dtype=bool),
-    )
+    data = rows.collected()
     return data, failed
 
 
