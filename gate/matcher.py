@@ -7,7 +7,7 @@ exception is *scoped*: it excuses one match of the pattern only when it matches 
 clause (the sentence, cut at clause breaks such as ";", "but", "btw", "for real", "en vrai"),
 within the rule's ``exception_window`` characters either side. The rule hits when one match is not
 excused; strict rules have no exceptions. The first rule that hits decides. When no rule hits, the
-lexical head (:mod:`gate.lexical`, when the gate has one) judges the words of each clause; its hit is
+lexical head (:mod:`gate.lexical_head`, when the gate has one) judges the words of each clause; its hit is
 reported as rule ``lexical.<category>``. A hit of a rule with a benign reading (not ``strict``) is
 dropped when the head scores the question under its ``veto`` (it reads like the look-alikes);
 ``check(text, benign_reading=False)`` tries only the strict rules (then the head), for a caller
@@ -38,7 +38,7 @@ from pathlib import Path
 import regex
 
 from gate.language import language_of
-from gate.lexical import LexicalDecision, LexicalHead
+from gate.lexical_head import LexicalDecision, LexicalHead
 from gate.literals import first_words, word_needs
 from gate.normalize import normalize
 from gate.normalize import same_words as _same_words

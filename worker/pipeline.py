@@ -19,7 +19,7 @@ Every question that ends without an answer carries a ``reason`` (``worker.answer
 | who may ask, and where | ``worker.summon``, ``worker.members`` |
 | question text | ``worker.question`` |
 | 0 gate | ``gate`` |
-| 1–3 recall, keyword, RRF, rerank, zones | ``worker.retrieval.pipeline`` |
+| 1–3 recall, keyword, RRF, rerank, zones | ``worker.retrieval.retriever`` |
 | 4–5 prompt, generate, sanitize | ``worker.generation.reply`` |
 | last check of the sources before posting | ``worker.recheck`` |
 | 6 post | ``worker.clients.discourse`` + ``worker.answers`` |
@@ -59,7 +59,7 @@ from worker.protocols import ChatModel, Forum
 from worker.question import Question, pointed_posts, read_question
 from worker.quotes import plain, post_quotes, quoted_lines
 from worker.recheck import Recheck, SourceCheck
-from worker.retrieval.pipeline import Retriever
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.route import Route
 from worker.settings import Settings
 from worker.summon import RULE_PREFIX, NoticeKind, SummonDecision, SummonPolicy, notice_text

@@ -1,6 +1,6 @@
 """``python -m eval.bench gate_lexical {train,archive}``: fit and check the gate's lexical head.
 
-- ``train`` fits ``gate/lexical.json`` (``gate/lexical.py``):
+- ``train`` fits ``gate/lexical.json`` (``gate/lexical_head.py``):
 
   - harmful (label 1): the harmful exemplars (``gate/intent/exemplars.jsonl``), the harmful lines of
     the regression sets (``tests/gate/*.jsonl``) and of the held-out sets already tuned on
@@ -41,8 +41,8 @@ from eval.bench._gate_training import TUNED_HELDOUT, training_rows
 from eval.bench.gate import FORUM, forum_questions
 from eval.bench.gate_intent import archive_posts
 from eval.bench.report import emit
-from gate import Gate, lexical, normalize
-from gate.lexical import LexicalHead, features, units
+from gate import Gate, lexical_head, normalize
+from gate.lexical_head import LexicalHead, features, units
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "gate-lexical"
@@ -75,7 +75,11 @@ def forum_matrix(vocab: dict[str, int], posts: Sequence[str]) -> Any:
     """Every unit of every archive post and forum question over ``vocab``, cached per vocabulary."""
     from scipy.sparse import load_npz, save_npz
 
-    key = inspect.getsource(lexical.units) + inspect.getsource(lexical._unit_words) + "\n".join(sorted(vocab))
+    key = (
+        inspect.getsource(lexical_head.units)
+        + inspect.getsource(lexical_head._unit_words)
+        + "\n".join(sorted(vocab))
+    )
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
     cache = CACHE / f"forum-units-{digest}.npz"
     if cache.exists():
@@ -218,7 +222,7 @@ def train(args: argparse.Namespace) -> int:
     allowed = int(args.benign_rate * len(look))
     look_threshold = float(look[len(look) - allowed - 1]) + 1e-4
     threshold = max(forum_top + args.margin, look_threshold + args.look_margin)
-    # The veto (gate/lexical.py): under it, a hit of a rule with a benign reading is dropped. Set
+    # The veto (gate/lexical_head.py): under it, a hit of a rule with a benign reading is dropped. Set
     # from the lines such rules block: at most --veto-rate of the harmful ones score under it out of
     # fold, less --veto-margin.
     rules_gate = Gate.load(lexical=False)
@@ -260,7 +264,7 @@ def train(args: argparse.Namespace) -> int:
     }
     info = {
         "method": "logistic regression over word, stem and stem-pair features of each unit "
-        "(gate/lexical.py), fitted by eval/bench/gate_lexical.py; category by a softmax regression "
+        "(gate/lexical_head.py), fitted by eval/bench/gate_lexical.py; category by a softmax regression "
         "on the harmful lines",
         "training": {
             "harmful": sizes[HARMFUL],

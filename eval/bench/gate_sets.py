@@ -3,7 +3,7 @@
 Each file is JSON Lines with ``text`` and ``expect`` (``block`` or ``pass``), optionally ``lang``
 (``fr``/``en``; else the gate's own detection is used). For every file it prints harmful blocked and
 benign blocked, by the rules alone, by the embedding layer alone, and by both together, overall and
-per language; the lexical head (``gate/lexical.py``, part of ``Gate.check``) is counted apart from
+per language; the lexical head (``gate/lexical_head.py``, part of ``Gate.check``) is counted apart from
 the regex rules. The embedding layer needs the local embedder (``.[local]`` extra) and runs only with
 ``--intent``; without it the figures are the rules'. "Both together" is what the pipeline refuses
 with the layer on: the rule hits the layer's rule veto drops (``gate.intent``) are not refused, and
@@ -38,7 +38,7 @@ def score(
 ) -> dict[str, Any]:
     """Counts per layer and language; ``vectors`` are the rows' question embeddings (or None).
 
-    ``rules`` counts the regex rules alone, ``lexical`` the lexical head alone (``gate/lexical.py``),
+    ``rules`` counts the regex rules alone, ``lexical`` the lexical head alone (``gate/lexical_head.py``),
     ``intent`` the embedding layer alone, ``both_layers`` what the pipeline refuses: any of them,
     less the rule hits the embedding layer's rule veto drops (counted in ``rule_vetoed``)."""
     result: dict[str, Any] = {}

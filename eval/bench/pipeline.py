@@ -37,8 +37,8 @@ from worker.clients.tei import TeiReranker
 from worker.errors import ConfigError
 from worker.html_text import html_to_text
 from worker.retrieval.keyword import PostgresTermStats, TermSelector
-from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.route import Route
 from worker.settings import RerankerSettings
 

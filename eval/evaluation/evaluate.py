@@ -28,7 +28,7 @@ from eval.evaluation.configs import Config
 from eval.evaluation.datasets import Question, half_of, slice_of
 from eval.evaluation.metrics import first_rank, hit_at, mean, mrr_at, ndcg_at, percentile, recall_hit
 from worker.errors import CitebotError
-from worker.retrieval.pipeline import RetrievalResult, Retriever
+from worker.retrieval.retriever import RetrievalResult, Retriever
 from worker.trace import Trace
 
 log = logging.getLogger(__name__)

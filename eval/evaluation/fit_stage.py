@@ -48,7 +48,7 @@ from worker.calibration.fit import (  # noqa: F401  (re-exported: the eval's tes
 )
 from worker.protocols import Embedder
 from worker.retrieval.aggregate import write_thresholds
-from worker.retrieval.pipeline import RetrievalResult
+from worker.retrieval.retriever import RetrievalResult
 from worker.retrieval.stage import FEATURES, QUESTION_FEATURES, TOPIC_FEATURES, write_model
 
 log = logging.getLogger(__name__)

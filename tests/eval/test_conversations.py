@@ -14,7 +14,7 @@ from eval.evaluation.evaluate import run_one, slices
 from eval.evaluation.report import shapes_table
 from worker.domain import Candidate
 from worker.question import thread_question
-from worker.retrieval.pipeline import RetrievalResult
+from worker.retrieval.retriever import RetrievalResult
 from worker.trace import Trace
 
 ROWS = [

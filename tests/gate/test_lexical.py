@@ -1,4 +1,4 @@
-"""The lexical head (gate/lexical.py): features, units, the decision, its file, and its place in Gate."""
+"""The lexical head (gate/lexical_head.py): features, units, the decision, its file, and its place in Gate."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from eval.bench.gate import FORUM, forum_questions
 from gate import Gate, normalize, parse_rules
-from gate.lexical import LexicalError, LexicalHead, features, units
+from gate.lexical_head import LexicalError, LexicalHead, features, units
 
 RULES = """
 version = 1

@@ -36,7 +36,7 @@ from worker.retrieval.stage import (
 )
 
 if TYPE_CHECKING:
-    from worker.retrieval.pipeline import RetrievalResult
+    from worker.retrieval.retriever import RetrievalResult
 
 MAX_ABSTAINED = 0.05  # answerable questions a proposed abstain threshold may abstain on (each slice)
 NORMAL_PRECISION = 0.8  # the top-1 precision the normal zone must reach

@@ -44,7 +44,7 @@ from worker.calibration.fit import (
 from worker.calibration.questions import CalibrationQuestion
 from worker.errors import CitebotError, ConfigError
 from worker.retrieval.aggregate import thresholds_for
-from worker.retrieval.pipeline import Retriever
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.route import Route
 from worker.retrieval.stage import FEATURES, StageModel, load_model, model_set_id
 

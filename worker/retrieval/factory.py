@@ -20,8 +20,8 @@ from worker.recheck import TopicReader
 from worker.retrieval.excerpts import PostgresExcerptIndex
 from worker.retrieval.keyword import PostgresTermStats, TermSelector
 from worker.retrieval.lexical import PostgresLexicalIndex
-from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import ConnectionSource, PostgresPostIndex
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.threads import PostgresThreadIndex
 from worker.settings import EmbeddingsSettings, Settings
 

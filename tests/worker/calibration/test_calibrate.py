@@ -29,8 +29,8 @@ from worker.calibration.run import MIN_SOLVED_TOPICS, decide, wilson
 from worker.calibration.store import Calibrations
 from worker.errors import ConfigError
 from worker.retrieval.lexical import PostgresLexicalIndex
-from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.stage import FEATURES, StageModel
 from worker.settings import RetrievalSettings
 from worker.testing.models import FakeEmbedder

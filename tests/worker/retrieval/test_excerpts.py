@@ -17,9 +17,9 @@ from tests.worker.retrieval.doubles import angle_vector, insert_post
 from worker.errors import IndexMismatchError, ServiceUnavailableError
 from worker.retrieval.excerpts import PostgresExcerptIndex, excerpt_of, read_excerpt_meta
 from worker.retrieval.lexical import PostgresLexicalIndex
-from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
 from worker.retrieval.rerank import rerank_text
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.route import Route
 from worker.retrieval.stage import FEATURES, StageModel
 from worker.retrieval.threads import PostgresThreadIndex

@@ -25,8 +25,8 @@ from worker.domain import EmbedKind
 from worker.html_text import html_to_text
 from worker.protocols import Embedder
 from worker.retrieval.keyword import PostgresTermStats, TermSelector
-from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.route import Route
 from worker.settings import RetrievalSettings
 

@@ -10,8 +10,8 @@ from pgvector.psycopg import register_vector
 
 from tests.worker.retrieval.doubles import angle_vector, insert_post
 from worker.retrieval.lexical import PostgresLexicalIndex
-from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.route import SHIPPED, Route, is_cross_encoder, resolve_ranker
 from worker.retrieval.stage import FEATURES, StageModel
 from worker.settings import RetrievalSettings

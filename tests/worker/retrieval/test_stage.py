@@ -17,8 +17,8 @@ from tests.worker.retrieval.doubles import angle_vector, insert_post
 from worker.domain import Candidate
 from worker.errors import ConfigError
 from worker.retrieval.lexical import PostgresLexicalIndex
-from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.route import Route
 from worker.retrieval.stage import (
     FEATURES,

@@ -22,8 +22,8 @@ from eval.stack.modelserver.server import ModelServerThread
 from tests.worker.retrieval.doubles import angle_vector, insert_post
 from worker.clients.tei import TeiReranker, reranker_id
 from worker.retrieval.aggregate import SEED, read_table, thresholds_for, write_thresholds
-from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.retriever import Retriever
 from worker.settings import RerankerSettings, load_settings
 from worker.testing.models import FakeEmbedder
 

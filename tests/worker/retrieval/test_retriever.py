@@ -22,8 +22,8 @@ from worker.domain import ForumTopic
 from worker.errors import IndexMismatchError, PermanentError, ServiceUnavailableError, TransientError
 from worker.generation.prompt import build_prompt
 from worker.retrieval.keyword import TermSelector
-from worker.retrieval.pipeline import Retriever
 from worker.retrieval.recall import PostgresPostIndex, single_connection
+from worker.retrieval.retriever import Retriever
 from worker.retrieval.route import Route
 from worker.settings import RetrievalSettings
 from worker.testing.forum import FakeForum
