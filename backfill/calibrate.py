@@ -23,7 +23,7 @@ from typing import Any
 from backfill.compose import build_source
 from backfill.sources import PostSource, SourcePost
 from worker.calibration.questions import CalibrationQuestion, shipped_out_of_domain, solved_questions
-from worker.calibration.run import Outcome, calibrate
+from worker.calibration.run import NOT_DUE, Outcome, calibrate
 from worker.errors import ConfigError
 from worker.protocols import Embedder
 from worker.settings import Settings
@@ -123,6 +123,7 @@ def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | No
                 solved_topics=solved,
                 force=args.force,
                 min_topics=args.min_topics,
+                if_new=getattr(args, "if_new", None),
                 extra=extra,
             )
     finally:
@@ -135,6 +136,13 @@ def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | No
         print(json.dumps({k: v for k, v in as_json(outcome).items() if k != "per_question"}))
     else:
         print_outcome(outcome)
+    if outcome.dropped:
+        log.warning(
+            "calibrate %s: the weights in use dropped (%s)",
+            outcome.model_set,
+            outcome.figures["active_check"],
+        )
+        return 1
     return 0
 
 
@@ -161,6 +169,8 @@ def print_outcome(outcome: Outcome) -> None:
     q = outcome.questions
     print(f"model set {outcome.model_set}: {outcome.decision}")
     print(f"  {outcome.reason}")
+    if outcome.decision == NOT_DUE:
+        return
     print(
         f"  {q['solved_topics']} solved topics in the index; questions fit/test: "
         f"{q['answerable']['fit']}/{q['answerable']['test']} answerable (long and short), "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 JOBS = Counter("citebot_answer_jobs", "Answer jobs, by final outcome of the attempt.", ["outcome"])
 STAGE_SECONDS = Histogram(
@@ -18,4 +18,11 @@ UNANSWERED = Counter(
     "Questions a member asked that got no answer, by state (held, denied, skipped, failed, "
     "held_for_review) and reason (worker/answers.py REASONS).",
     ["state", "reason"],
+)
+CALIBRATION_MERIT = Gauge(
+    "citebot_calibration_merit",
+    "Merit of the calibrated weights in use (citebot calibrate; docs/calibrate.md) on the test half of the "
+    "run that fitted them (measured=at_fit) and on that of the latest run that measured them again "
+    "(measured=latest).",
+    ["model_set", "measured"],
 )

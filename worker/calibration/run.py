@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 # short form), half judge, and at 50 test topics a share's 95 % interval is already ±14 points.
 MIN_SOLVED_TOPICS = 100
 FLOOR_SOLVED_TOPICS = 20  # the lowest ``--min-topics`` accepted (tests, a trial on a small forum)
+# A drop: the weights in use score this much less merit on a later run's test half than on their own
+# (``Outcome.dropped``; the command exits 1, the worker's gauge feeds the alert CitebotCalibrationDropped).
+DROP = 0.05
 Z95 = 1.959964
 
 
@@ -155,6 +158,9 @@ def collect(
     return data, failed
 
 
+NOT_DUE = "not_due"  # --if-new: too few new solved topics since the last run; nothing recorded
+
+
 @dataclass(slots=True)
 class Outcome:
     """What a run decided, and why: what ``citebot calibrate`` prints and records."""
@@ -168,6 +174,13 @@ class Outcome:
     fitted: Fitted | None = None
     per_question: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+
+    @property
+    def dropped(self) -> bool:
+        """The weights that stay in use lost more than ``DROP`` of merit since they were fitted
+        (``active_check``); a new fit that replaced them ends the drop."""
+        check = self.figures.get("active_check") or {}
+        return self.decision == store.KEPT_ACTIVE and bool(check.get("dropped"))
 
 
 def model_set_of(retriever: Retriever) -> tuple[str, bool]:
@@ -221,10 +234,14 @@ def calibrate(
     solved_topics: int,
     force: bool = False,
     min_topics: int = MIN_SOLVED_TOPICS,
+    if_new: int | None = None,
     extra: Mapping[str, Any] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Outcome:
-    """The whole run (module docstring); the outcome is recorded in ``stage_calibrations``."""
+    """The whole run (module docstring); the outcome is recorded in ``stage_calibrations``.
+
+    ``if_new`` (the nightly job): when the model set's last recorded run counted fewer than ``if_new``
+    solved topics less than now, nothing is fitted or recorded (decision ``not_due``)."""
     if min_topics < FLOOR_SOLVED_TOPICS:
         raise ConfigError(f"--min-topics must be at least {FLOOR_SOLVED_TOPICS}")
     started = clock()
@@ -236,6 +253,16 @@ def calibrate(
         "out_of_domain": {h: sum(q.half == h for q in out_of_domain) for h in ("fit", "test")},
         **(extra or {}),
     }
+    if if_new is not None:
+        last = store.history(conn, model_set, limit=1)
+        before = int(last[0].questions.get("solved_topics", 0)) if last else None
+        if before is not None and solved_topics - before < if_new:
+            reason = (
+                f"{solved_topics - before} new solved topics since the run of "
+                f"{last[0].fitted_at:%Y-%m-%d %H:%M} UTC ({before}), fewer than --if-new {if_new}: "
+                "nothing fitted"
+            )
+            return Outcome(model_set, NOT_DUE, reason, counts, {}, seconds=clock() - started)
     if solved_topics < min_topics:
         reason = (
             f"{solved_topics} solved topics (topics with an accepted answer) is below the minimum of "
@@ -277,6 +304,7 @@ def calibrate(
     if current is not None and current.model is not None and current.abstain_below is not None:
         judged["active"] = judge("active", test_half, current.model, current.abstain_below)
     in_use = "active" if "active" in judged else "shipped" if "shipped" in judged else None
+    check = active_check(current, judged.get("active"))
     decision, reason = decide(
         judged["calibrated"].merit, judged[in_use].merit if in_use else None, in_use, force=force
     )
@@ -291,6 +319,8 @@ def calibrate(
         "1 - answerable abstained, on the test half",
         "reason": reason,
     }
+    if check is not None:
+        figures["active_check"] = check
     row = store.record(
         conn,
         model_set=model_set,
@@ -309,3 +339,20 @@ def calibrate(
     return Outcome(
         model_set, decision, reason, counts, figures, row, fitted, per_question, seconds=clock() - started
     )
+
+
+def active_check(current: store.Calibration | None, now: Judged | None) -> dict[str, Any] | None:
+    """The weights in use measured again: their merit on their own run's test half (``at_fit``) and on
+    this run's (``now``), and whether that is a drop (``DROP``). None without active weights."""
+    if current is None or now is None:
+        return None
+    at_fit = (current.figures.get("test_half") or {}).get("calibrated", {}).get("merit")
+    if at_fit is None:
+        return None
+    drop = float(at_fit) - now.merit
+    return {
+        "calibration": current.id,
+        "at_fit": round(float(at_fit), 4),
+        "now": round(now.merit, 4),
+        "dropped": drop > DROP,
+    }

@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from worker.metrics import CALIBRATION_MERIT
 from worker.retrieval.aggregate import Thresholds
 from worker.retrieval.recall import ConnectionSource
 from worker.retrieval.stage import StageModel, model_from_dict
@@ -103,6 +104,16 @@ def active(conn: psycopg.Connection, model_set: str) -> Calibration | None:
     return _row(r) if r else None
 
 
+def latest_check(conn: psycopg.Connection, model_set: str) -> Mapping[str, Any] | None:
+    """The newest run's measure of the weights in use then (``figures.active_check``), if any."""
+    r = conn.execute(
+        "SELECT figures -> 'active_check' FROM stage_calibrations"
+        " WHERE model_set = %s AND figures ? 'active_check' ORDER BY id DESC LIMIT 1",
+        (model_set,),
+    ).fetchone()
+    return r[0] if r and isinstance(r[0], dict) else None
+
+
 def history(conn: psycopg.Connection, model_set: str | None = None, limit: int = 10) -> list[Calibration]:
     """The latest runs, newest first (of ``model_set``, or all)."""
     rows = conn.execute(
@@ -178,6 +189,8 @@ class Calibrations:
             try:
                 with self._connections() as conn, conn.transaction():
                     found = active(conn, model_set)
+                    check = latest_check(conn, model_set) if found is not None else None
+                _export_merit(model_set, found, check)
             except psycopg.Error as exc:
                 found = held[1] if held is not None else None
                 log.warning(
@@ -189,6 +202,21 @@ class Calibrations:
                 log.info("model set %s: now %s", model_set, describe(found))
             self._cached[model_set] = (now, found)
             return found
+
+
+def _export_merit(model_set: str, found: Calibration | None, check: Mapping[str, Any] | None) -> None:
+    """The gauge ``citebot_calibration_merit`` for the weights in use: their merit when fitted and as the
+    latest run that measured them found it (the alert CitebotCalibrationDropped compares the two)."""
+    if found is None:
+        return
+    at_fit = ((found.figures.get("test_half") or {}).get("calibrated") or {}).get("merit")
+    if at_fit is None:
+        return
+    latest = at_fit
+    if check is not None and check.get("calibration") == found.id and check.get("now") is not None:
+        latest = check["now"]
+    CALIBRATION_MERIT.labels(model_set, "at_fit").set(float(at_fit))
+    CALIBRATION_MERIT.labels(model_set, "latest").set(float(latest))
 
 
 def describe(calibration: Calibration | None) -> str:

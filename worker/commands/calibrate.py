@@ -52,6 +52,13 @@ def register(group: argparse.ArgumentParser) -> None:
         "below it the shipped weights stay",
     )
     group.add_argument(
+        "--if-new",
+        type=int,
+        metavar="N",
+        help="fit only when the model set's last run counted at least N fewer solved topics (the nightly "
+        "job); otherwise record nothing and exit 0",
+    )
+    group.add_argument(
         "--out", type=Path, metavar="FILE", help="also write the whole result (JSON, per question)"
     )
     group.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
@@ -65,6 +72,9 @@ def _calibrate(args: argparse.Namespace) -> int:
         return report(settings, as_json=args.json)
     if args.source is None:
         print("citebot: --source is required (or --report)", file=sys.stderr)
+        return 2
+    if args.if_new is not None and args.if_new < 1:
+        print("citebot: --if-new must be at least 1", file=sys.stderr)
         return 2
     if args.min_topics < FLOOR_SOLVED_TOPICS:
         print(f"citebot: --min-topics must be at least {FLOOR_SOLVED_TOPICS}", file=sys.stderr)

@@ -243,6 +243,7 @@ def calibrate_args(tmp_path: Path, **kw: Any) -> argparse.Namespace:
         "out": tmp_path / "out.json",
         "json": False,
         "report": False,
+        "if_new": None,
     }
     return argparse.Namespace(**{**base, **kw})
 
@@ -313,6 +314,57 @@ def test_calibrate_on_the_sample_export_fits_judges_records_and_refuses_to_downg
         now = store.active(conn, MODEL_SET)
     assert now is not None
     assert now.id == third["record_id"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_nightly_run_fits_only_with_new_solved_topics_and_a_drop_fails_it_and_feeds_the_alert(
+    indexed_sample: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`citebot calibrate --if-new N` (the nightly job): nothing fitted or recorded while fewer than N
+    solved topics are new; a run whose test half scores the weights in use more than DROP below their
+    own fit exits 1, and the worker's gauge citebot_calibration_merit shows both figures (the alert
+    CitebotCalibrationDropped in deploy/monitoring/alerts.yaml compares them)."""
+    from backfill.calibrate import run
+    from worker.metrics import CALIBRATION_MERIT
+
+    settings = make_settings(indexed_sample, "redis://127.0.0.1:1/0")
+    first = run_calibrate(indexed_sample, tmp_path)
+    assert first["decision"] == store.ACTIVATED
+
+    waited = run_calibrate(indexed_sample, tmp_path, if_new=1)
+    assert waited["decision"] == calibration_run.NOT_DUE
+    assert "fewer than --if-new 1" in waited["reason"]
+    with psycopg.connect(indexed_sample) as conn:
+        assert [c.id for c in store.history(conn, MODEL_SET)] == [first["record_id"]]
+
+    # The forum drifted: the weights in use had scored far better when fitted than they do now, and
+    # tonight's fit (its post score reversed) is worse still: they stay, and that is a drop.
+    fitted_merit = first["figures"]["test_half"]["calibrated"]["merit"]
+    with psycopg.connect(indexed_sample) as conn:
+        conn.execute(
+            "UPDATE stage_calibrations"
+            " SET figures = jsonb_set(figures, '{test_half,calibrated,merit}', '0.99') WHERE id = %s",
+            (first["record_id"],),
+        )
+    real_fit = calibration_run.fit_model
+
+    def reversed_fit(*args: Any, **kwargs: Any) -> Any:
+        fitted = real_fit(*args, **kwargs)
+        bad = replace(fitted.model, weights=tuple(-w for w in fitted.model.weights), topic=None)
+        return replace(fitted, model=bad)
+
+    monkeypatch.setattr(calibration_run, "fit_model", reversed_fit)
+    assert run(settings, calibrate_args(tmp_path), embedder=FakeEmbedder(model="test-model")) == 1
+    out = json.loads((tmp_path / "out.json").read_text("utf-8"))
+    assert out["decision"] == store.KEPT_ACTIVE
+    check = out["figures"]["active_check"]
+    assert check == {"calibration": first["record_id"], "at_fit": 0.99, "now": fitted_merit, "dropped": True}
+
+    with psycopg.connect(indexed_sample, autocommit=True) as conn:
+        assert Calibrations(single_connection(conn)).get(MODEL_SET) is not None
+    assert CALIBRATION_MERIT.labels(MODEL_SET, "at_fit")._value.get() == 0.99
+    assert CALIBRATION_MERIT.labels(MODEL_SET, "latest")._value.get() == fitted_merit
 
 
 @pytest.mark.integration
