@@ -257,6 +257,18 @@ def run_calibrate(db_url: str, tmp_path: Path, **kw: Any) -> dict[str, Any]:
     return out
 
 
+def fit_worse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the next fits worse than any earlier one: their post score reversed."""
+    real_fit = calibration_run.fit_model
+
+    def reversed_fit(*args: Any, **kwargs: Any) -> Any:
+        fitted = real_fit(*args, **kwargs)
+        bad = replace(fitted.model, weights=tuple(-w for w in fitted.model.weights), topic=None)
+        return replace(fitted, model=bad)
+
+    monkeypatch.setattr(calibration_run, "fit_model", reversed_fit)
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_calibrate_on_the_sample_export_fits_judges_records_and_refuses_to_downgrade(
@@ -290,14 +302,7 @@ def test_calibrate_on_the_sample_export_fits_judges_records_and_refuses_to_downg
     assert "model set test-model+lexical-en: activated" in capsys.readouterr().out
 
     # a worse fit (its post score reversed) does worse on the test half: refused, the first one stays
-    real_fit = calibration_run.fit_model
-
-    def reversed_fit(*args: Any, **kwargs: Any) -> Any:
-        fitted = real_fit(*args, **kwargs)
-        bad = replace(fitted.model, weights=tuple(-w for w in fitted.model.weights), topic=None)
-        return replace(fitted, model=bad)
-
-    monkeypatch.setattr(calibration_run, "fit_model", reversed_fit)
+    fit_worse(monkeypatch)
     second = run_calibrate(indexed_sample, tmp_path)
     assert second["decision"] == store.KEPT_ACTIVE
     assert "did better" in second["reason"]
@@ -347,14 +352,7 @@ def test_the_nightly_run_fits_only_with_new_solved_topics_and_a_drop_fails_it_an
             " SET figures = jsonb_set(figures, '{test_half,calibrated,merit}', '0.99') WHERE id = %s",
             (first["record_id"],),
         )
-    real_fit = calibration_run.fit_model
-
-    def reversed_fit(*args: Any, **kwargs: Any) -> Any:
-        fitted = real_fit(*args, **kwargs)
-        bad = replace(fitted.model, weights=tuple(-w for w in fitted.model.weights), topic=None)
-        return replace(fitted, model=bad)
-
-    monkeypatch.setattr(calibration_run, "fit_model", reversed_fit)
+    fit_worse(monkeypatch)
     assert run(settings, calibrate_args(tmp_path), embedder=FakeEmbedder(model="test-model")) == 1
     out = json.loads((tmp_path / "out.json").read_text("utf-8"))
     assert out["decision"] == store.KEPT_ACTIVE
