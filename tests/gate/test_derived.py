@@ -57,6 +57,7 @@ def test_what_is_remembered_is_what_a_fresh_reading_gives() -> None:
     assert derived.build() == committed, "gate/derived.json is out of date: run `make gate`"
 
 
+@pytest.mark.slow  # a fresh reading of every pattern (~12 s); the fast tier keeps the 0-miss load check
 def test_remembered_and_fresh_readings_give_the_same_rules() -> None:
     remembered = Gate(load_rules())
     with derived.recording():
