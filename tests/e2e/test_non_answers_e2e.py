@@ -130,13 +130,19 @@ def test_policy_refusals_are_recorded_with_their_reason_and_the_chosen_notice(
         time.sleep(3)  # the worker follows the settings within the stack's flag cache TTL (2 s)
         asked = [stack.ask("alice", 12, f"{QUESTION} ({n})") for n in range(4)]
         rows = [_settled(stack, post_id) for post_id in asked]
-        assert [r["state"] for r in rows] == ["posted", "posted", "denied", "denied"]
-        assert [r["reason"] for r in rows[2:]] == ["limit.per_user", "limit.per_user"]
+        # Two worker threads take the four questions in any order: two are answered, two are over the
+        # limit, whichever they are.
+        assert sorted(r["state"] for r in rows) == ["denied", "denied", "posted", "posted"]
+        denied = [r for r in rows if r["state"] == "denied"]
+        assert [r["reason"] for r in denied] == ["limit.per_user", "limit.per_user"]
         # One notice, with the first question over the limit; nothing for the next one.
         notice = NOTICES["limit"]["en"]
         notices = [p for p in _replies_in(stack, 12) if stack.raw(p["id"]) == notice]
-        assert [p["id"] for p in notices] == [rows[2]["reply_post_id"]]
-        assert rows[3]["reply_post_id"] is None
+        assert len(notices) == 1
+        assert sorted((r["reply_post_id"] for r in denied), key=lambda v: v is not None) == [
+            None,
+            notices[0]["id"],
+        ]
 
         # A PM to the bot while PMs are off: the webhook cannot tell the bot is in it; the poller reads
         # the bot's notification and the worker records the refusal and tells the member, once.
