@@ -32,8 +32,12 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# Two workers (pytest-xdist): most end-to-end tests wait on processes rather than compute, so a second
+# worker fills the idle core. Each worker starts its own embedded PostgreSQL (tests/services.py).
+# TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 pytest: services
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 test: lint typecheck pytest
 

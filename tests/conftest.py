@@ -15,7 +15,7 @@ import redis as redis_lib
 from eval.stack.launcher import Launcher
 from eval.stack.postgres import drop_database, ensure_database
 from gate import Gate
-from tests.services import CACHE, postgres_for_tests, redis_for_tests, unavailable
+from tests.services import own, postgres_for_tests, redis_for_tests, unavailable
 from worker.settings import Settings
 
 TEST_DIMENSION = 8
@@ -48,7 +48,7 @@ def services(request: pytest.FixtureRequest) -> Iterator[Launcher]:
             "@pytest.mark.integration (a fixture param: pytest.param(..., marks=pytest.mark.integration))",
             pytrace=False,
         )
-    with Launcher(CACHE / "test-logs") as launcher:
+    with Launcher(own("test-logs")) as launcher:
         yield launcher
 
 

@@ -23,6 +23,14 @@ from eval.stack.launcher import Launcher
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache"
 SHARED_TEST_REDIS = "redis://127.0.0.1:6379/13"
+# Under pytest-xdist (``make test`` runs two workers) each worker process starts its own embedded
+# PostgreSQL and, where no shared Redis answers, its own redis-server: ``gw0``, ``gw1``, ...
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def own(name: str) -> Path:
+    """``.cache/NAME`` for this test process: one per xdist worker, so workers never share a server."""
+    return CACHE / (f"{name}-{XDIST_WORKER}" if XDIST_WORKER else name)
 
 
 def in_ci() -> bool:
@@ -39,12 +47,12 @@ def unavailable(what: str, why: str) -> None:
 
 def postgres_for_tests(launcher: Launcher) -> str:
     """URL of the test PostgreSQL server's admin database."""
-    return launcher.postgres(CACHE / "pg-test", url=os.environ.get("CITEBOT_TEST_DATABASE_URL"))
+    return launcher.postgres(own("pg-test"), url=os.environ.get("CITEBOT_TEST_DATABASE_URL"))
 
 
 def redis_for_tests(launcher: Launcher) -> str:
     return launcher.redis(
-        CACHE / "redis-test", url=os.environ.get("CITEBOT_TEST_REDIS_URL"), shared=SHARED_TEST_REDIS
+        own("redis-test"), url=os.environ.get("CITEBOT_TEST_REDIS_URL"), shared=SHARED_TEST_REDIS
     )
 
 
