@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import httpx
+
 from backfill.compose import build_source
 from backfill.sources import PostSource, SourcePost
 from worker.calibration.questions import CalibrationQuestion, shipped_out_of_domain, solved_questions
@@ -111,9 +113,14 @@ def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | No
             solved,
             f"; {requests} API requests" if requests is not None else "",
         )
-        with build_retriever(
-            settings, connections=single_connection(conn), keyword=None, embedder=embedder
-        ) as retriever:
+        # The model clients (an HTTP embedder, TEI's reranker) share one client, as in the worker's
+        # runtime; each sets its own timeout per request.
+        with (
+            httpx.Client(timeout=settings.discourse.timeout_s) as http,
+            build_retriever(
+                settings, connections=single_connection(conn), keyword=None, http=http, embedder=embedder
+            ) as retriever,
+        ):
             outcome = calibrate(
                 retriever,
                 conn,
