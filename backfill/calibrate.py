@@ -28,6 +28,7 @@ from worker.calibration.questions import CalibrationQuestion, shipped_out_of_dom
 from worker.calibration.run import NOT_DUE, Outcome, calibrate
 from worker.errors import ConfigError
 from worker.protocols import Embedder
+from worker.retrieval.eligibility import ELIGIBLE
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -47,10 +48,14 @@ def read_posts(source: PostSource, *, every: int = 5000) -> Iterator[SourcePost]
 
 
 def indexed(conn: Any, questions: list[CalibrationQuestion]) -> list[CalibrationQuestion]:
-    """``questions`` with their gold narrowed to the posts in the index; those left with none dropped."""
+    """``questions`` with their gold narrowed to the posts the index may cite now (indexed, in a public
+    category: ``ELIGIBLE``); those left with none dropped, as no weights can find them."""
     ids = sorted({p for q in questions for p in q.gold_post_ids})
     rows = (
-        conn.execute("SELECT post_id FROM post_index WHERE post_id = ANY(%s)", (ids,)).fetchall()
+        conn.execute(
+            f"SELECT p.post_id FROM post_index p WHERE p.post_id = ANY(%s) AND {ELIGIBLE}",  # noqa: S608
+            (ids,),
+        ).fetchall()
         if ids
         else []
     )

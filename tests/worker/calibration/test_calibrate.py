@@ -392,6 +392,29 @@ def test_too_few_solved_topics_keep_the_shipped_weights_and_say_why(
     assert not row.active
 
 
+@pytest.mark.integration
+def test_accepted_answers_the_index_may_not_cite_are_not_questions(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An export without categories.json, loaded without --public-export: every post is indexed but
+    none is citable (its category was never recorded public), so no accepted answer can be found and the
+    run says so instead of fitting on questions without an answer."""
+    from backfill.run import BackfillOptions, run_backfill
+    from backfill.sources.file import FileSource
+
+    settings = make_settings(db_url, "redis://127.0.0.1:1/0")
+    run_backfill(
+        settings.database,
+        FileSource(SAMPLE),  # no assume_public: the categories stay unknown, hence not citable
+        FakeEmbedder(model="test-model"),
+        BackfillOptions(progress=False),
+    )
+    out = run_calibrate(db_url, tmp_path)
+    assert out["questions"]["solved_topics"] == 0
+    assert out["decision"] == store.TOO_LITTLE_DATA
+    assert "0 solved topics" in capsys.readouterr().out
+
+
 def test_min_topics_below_the_floor_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     from worker.cli import main
 
