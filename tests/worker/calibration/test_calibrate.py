@@ -387,7 +387,7 @@ def test_too_few_solved_topics_keep_the_shipped_weights_and_say_why(
 
 
 def test_min_topics_below_the_floor_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    from worker.cli import main
+    from worker.app.cli import main
 
     assert main(["calibrate", "--source", "file", "--path", str(SAMPLE), "--min-topics", "3"]) == 2
     assert "at least" in capsys.readouterr().err

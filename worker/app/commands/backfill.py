@@ -1,7 +1,7 @@
 """``citebot backfill``: fill the post index from a Discourse replica, the REST API or an export.
 
-``backfill`` imports ``worker``, never the reverse: the run itself (``backfill.command.run``) is reached
-through the named seam ``worker.seams.BACKFILL``, resolved only when this command runs.
+This module parses and checks the command line; the run itself is ``backfill.command.run`` (loaded only
+when the command runs: the CLI's other commands do not pay for the backfill's imports).
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from worker.commands.common import preflight, settings_from
-from worker.seams import BACKFILL, resolve
+from worker.app.commands.common import preflight, settings_from
 from worker.settings import Settings
 
 NAME = "backfill"
@@ -103,9 +102,11 @@ def _backfill(args: argparse.Namespace) -> int:
         return _enqueue(settings, args)
     preflight(settings, index=not (args.reindex or args.build_index))
     # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
+    from backfill.command import run
+
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        code: int = resolve(BACKFILL)(settings, args)
+        code = run(settings, args)
     finally:
         signal.signal(signal.SIGTERM, previous)
     return code

@@ -22,17 +22,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def dispatch(ref: str, args: argparse.Namespace) -> int:
-    """Run the handler named ``ref`` (``worker.seams``) for a command implemented outside ``worker``
-    (the development doubles in ``eval.stack``), loading it only when the command runs: ``worker``
-    never imports ``eval`` (tests/packaging/test_import_direction.py), yet ``citebot forum serve``
-    keeps one parser and help."""
-    from worker.seams import resolve
-
-    result: int = resolve(ref)(args)
-    return result
-
-
 def preflight(settings: Settings, *, index: bool = True, redis: bool = False) -> None:
     """What an entry point checks before it starts: the database, its schema and (``index``) the post
     index's model against the configured one, and (``redis``) Redis. One line per failure."""
