@@ -7,12 +7,10 @@ when the command runs: the CLI's other commands do not pay for the backfill's im
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
-from worker.app.commands.common import preflight, settings_from
+from worker.app.commands.common import preflight, settings_from, stoppable
 from worker.settings import Settings
 
 NAME = "backfill"
@@ -101,15 +99,10 @@ def _backfill(args: argparse.Namespace) -> int:
     if args.enqueue:
         return _enqueue(settings, args)
     preflight(settings, index=not (args.reindex or args.build_index))
-    # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
     from backfill.command import run
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        code = run(settings, args)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return code
+    # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
+    return stoppable(run, settings, args)
 
 
 def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
@@ -134,7 +127,3 @@ def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
         broker.close()
     print(f"enqueued a backfill of source {args.source!r}")
     return 0
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt

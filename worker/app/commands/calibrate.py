@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from worker.app.commands.common import preflight, settings_from
+from worker.app.commands.common import preflight, settings_from, stoppable
 from worker.calibration.run import FLOOR_SOLVED_TOPICS, MIN_SOLVED_TOPICS
 
 NAME = "calibrate"
@@ -81,12 +79,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     preflight(settings)
     from backfill.calibrate import run
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        code = run(settings, args)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return code
+    return stoppable(run, settings, args)
 
 
 def report(settings: Any, *, as_json: bool = False) -> int:
@@ -152,7 +145,3 @@ def _lines(c: Any) -> str:
     ]
     out.extend(figures_table(c.figures.get("test_half", {})))
     return "\n".join(out)
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+from collections.abc import Callable
+from types import FrameType
 
 from worker.logs import configure_logging
 from worker.settings import Settings, load_settings, unknown_env_names
@@ -20,6 +23,22 @@ def settings_from(args: argparse.Namespace) -> Settings:
     for line in unknown_env_names(os.environ):
         log.warning("%s; it is ignored (docs/configuration.md lists the settings)", line)
     return settings
+
+
+def stoppable(
+    run: Callable[[Settings, argparse.Namespace], int], settings: Settings, args: argparse.Namespace
+) -> int:
+    """``run(settings, args)`` with SIGTERM (an orchestrator's stop) raising ``KeyboardInterrupt`` as
+    Ctrl-C does, so that a long run saves what it finished; the previous handler is restored after."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return run(settings, args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def preflight(settings: Settings, *, index: bool = True, redis: bool = False) -> None:
