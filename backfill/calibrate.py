@@ -1,6 +1,6 @@
-"""The run behind ``citebot calibrate`` (``worker/commands/calibrate.py`` parses and dispatches here
-through ``worker.seams.CALIBRATE``): the forum's solved topics read through the backfill's source, the
-questions built from them, then ``worker.calibration.run.calibrate`` against the index.
+"""The run behind ``citebot calibrate`` (``worker/app/commands/calibrate.py`` parses and calls it): the
+forum's solved topics read through the backfill's source, the questions built from them, then
+``worker.calibration.run.calibrate`` against the index.
 
 Reading: one pass over the source's posts (an export folder, a replica with the solved plugin's table,
 or the API within the site-wide API budget at the backfill's priority, ``bulk``: answers and the index
@@ -26,6 +26,7 @@ from backfill.compose import build_source
 from backfill.sources import PostSource, SourcePost
 from worker.calibration.questions import CalibrationQuestion, shipped_out_of_domain, solved_questions
 from worker.calibration.run import NOT_DUE, Outcome, calibrate
+from worker.calibration.store import figures_table
 from worker.errors import ConfigError
 from worker.protocols import Embedder
 from worker.retrieval.eligibility import ELIGIBLE
@@ -176,8 +177,6 @@ def as_json(outcome: Outcome) -> dict[str, Any]:
 
 
 def print_outcome(outcome: Outcome) -> None:
-    from worker.commands.calibrate import table
-
     q = outcome.questions
     print(f"model set {outcome.model_set}: {outcome.decision}")
     print(f"  {outcome.reason}")
@@ -190,7 +189,7 @@ def print_outcome(outcome: Outcome) -> None:
         + (f"; {q['api_requests']} API requests" if "api_requests" in q else "")
     )
     if outcome.figures.get("test_half"):
-        for line in table(outcome.figures["test_half"]):
+        for line in figures_table(outcome.figures["test_half"]):
             print(line)
         print(
             "  (95 % Wilson intervals; merit: mean of topic@5, post@5, out-of-domain abstained and "

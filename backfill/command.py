@@ -1,5 +1,5 @@
-"""The run behind ``citebot backfill`` (``worker/commands/backfill.py`` parses, checks and dispatches here
-through ``worker.seams.BACKFILL``): one backfill built from settings, its summary printed."""
+"""The run behind ``citebot backfill`` (``worker/app/commands/backfill.py`` parses, checks and calls it):
+one backfill built from settings, its summary printed."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The worker's ``Indexer`` (``worker.protocols.Indexer``): the post index kept in step with the forum.
 
-``worker`` imports nothing from ``backfill``: its composition root (``worker.assemble``) names this
-class (``worker.assemble.INDEXER``) and builds it over the worker's ``Runtime`` on first use, so the
-indexing stack loads in workers only, never in the webhook process.
+The worker's composition root (``worker.app.assemble``, above ``backfill``) builds it over the worker's
+``Runtime`` on first use; the webhook process, which only enqueues, never builds it.
 """
 
 from __future__ import annotations

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 
 from eval.__main__ import parser as eval_parser
-from eval.bench.__main__ import available as available_benches
-from worker.cli import build_parser
+from eval.bench.__main__ import BENCHES
+from worker.app.cli import build_parser
 
 
 def parse_command(program: str, argv: list[str]) -> None:
@@ -22,9 +21,9 @@ def parse_command(program: str, argv: list[str]) -> None:
     elif program == "python -m eval":
         eval_parser().parse_args(argv)
     elif program == "python -m eval.bench":
-        if not argv or argv[0] not in available_benches():
+        if not argv or argv[0] not in BENCHES:
             raise SystemExit(f"unknown benchmark {argv[:1]}")
-        parse = getattr(importlib.import_module(f"eval.bench.{argv[0]}"), "parse", None)
+        parse = getattr(BENCHES[argv[0]], "parse", None)
         if parse is not None and not isinstance(parse(argv[1:]), argparse.Namespace):
             raise SystemExit(f"eval.bench {argv[0]}: bad arguments")
     else:

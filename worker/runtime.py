@@ -1,7 +1,7 @@
 """The process-wide runtime of a worker: settings, a connection pool, the HTTP, forum and Redis clients,
 the one embedder, the indexer and the answerer, each typed.
 
-Built by the composition root (``worker.assemble``: ``build_runtime``, lazily as ``lazy_runtime``'s
+Built by the composition root (``worker.app.assemble``: ``build_runtime``, lazily as ``lazy_runtime``'s
 ``Once`` so declaring actors reads no environment and opens nothing) and closed once at shutdown. The answer
 pipeline plugs in through the ``Answerer`` protocol, the index stack through ``Indexer``.
 """

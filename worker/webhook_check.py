@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from worker.errors import CitebotError, PermanentError
-from worker.webhook import WEBHOOK_PATH
-from worker.webhook_events import REQUIRED_EVENT_TYPES
+from worker.webhook_events import REQUIRED_EVENT_TYPES, WEBHOOK_PATH
 
 log = logging.getLogger(__name__)
 

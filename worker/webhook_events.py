@@ -1,10 +1,14 @@
-"""The Discourse webhook events citebot reads, the bodies they carry, and those an admin must enable.
+"""The Discourse webhook's contract: where deliveries are posted (``WEBHOOK_PATH``), how a body is
+signed (``sign``, ``signature_ok``), the bodies citebot reads (``PostEnvelope``, ``TopicEnvelope``,
+``CategoryEnvelope``, ``ReviewableEnvelope``), the events it reads and those an admin must enable.
+The receiver that applies it is the webhook app (``worker/app/webhook.py``); the webhook benchmarks
+(``eval.bench``) sign and parse with the same functions.
 
 Discourse names each delivery twice: ``X-Discourse-Event-Type`` is the object (``post``, ``topic``,
 ``category``, ``reviewable``; the body's one key) and ``X-Discourse-Event`` the event
-(app/jobs/regular/emit_web_hook_event.rb). Neither header is signed; the body is, and it decides what
-a delivery queues (worker/webhook.py): a header only picks the body's shape, and a body of another shape
-is refused (400).
+(app/jobs/regular/emit_web_hook_event.rb). Neither header is signed; the body is (HMAC-SHA256 of the
+raw bytes in ``X-Discourse-Event-Signature``), and it decides what a delivery queues: a header only
+picks the body's shape, and a body of another shape is refused (400).
 
 What each event does to the index (config/initializers/012-web_hook_events.rb says when Discourse sends
 them):
@@ -35,12 +39,19 @@ The ``topic_*_status_updated`` events are delivered under ``topic_edited``, and
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from worker.domain import ForumPost
+
+WEBHOOK_PATH = "/webhooks/discourse"
+
 Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
+Positive = Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 POST_EVENTS = frozenset({"post_created", "post_edited", "post_destroyed", "post_recovered"})
 TOPIC_EVENTS = frozenset({"topic_edited", "topic_destroyed", "topic_recovered"})
@@ -107,3 +118,57 @@ class ReviewableEnvelope(BaseModel):
 
     model_config = ConfigDict(extra="ignore", strict=True)
     reviewable: _Reviewable
+
+
+class _ReplyTo(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    username: str | None = None
+
+
+class WebhookPost(BaseModel):
+    """The fields of Discourse's WebHookPostSerializer the receiver reads."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: Id
+    topic_id: Id
+    post_number: Positive = 1
+    raw: str | None = None
+    cooked: str | None = None
+    username: str = ""
+    user_id: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+    post_type: Positive = 1
+    reply_to_post_number: Positive | None = None
+    reply_to_user: _ReplyTo | None = None
+    topic_archetype: str | None = "regular"
+    hidden: bool = False
+    deleted_at: str | None = None
+    user_deleted: bool = False
+    version: Positive = 1
+    action_code: str | None = None
+
+    def to_domain(self) -> ForumPost:
+        """The validated payload as a ``ForumPost``, by the one mapping of Discourse's post JSON."""
+        return ForumPost.from_json(self.model_dump())
+
+
+class PostEnvelope(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    post: WebhookPost
+
+
+class TopicEnvelope(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    topic: _Identified
+
+
+def sign(secret: bytes, body: bytes) -> str:
+    """The ``X-Discourse-Event-Signature`` value Discourse sends for ``body``."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def signature_ok(secret: bytes, body: bytes, header: str | None) -> bool:
+    """Constant-time check of ``header`` against the HMAC-SHA256 of the raw body."""
+    if not secret or not header:
+        return False
+    expected = sign(secret, body)
+    return hmac.compare_digest(expected.encode("ascii"), header.strip().encode("utf-8", "replace"))

@@ -20,7 +20,6 @@ TREE``); its rules file, lexicons and lexical head are its own.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import statistics
 import sys
@@ -52,7 +51,8 @@ def tree_gates(tree: Path) -> tuple[Any, Any]:
     sys.path.insert(0, str(tree))
     theirs: dict[str, Any] = {}
     try:
-        package = importlib.import_module("gate")
+        import gate as package  # the other tree's: ours left sys.modules above
+
         if Path(package.__file__ or "").resolve().parent != (tree / "gate").resolve():
             raise SystemExit(f"gate_compare: {tree}/gate was not the package imported")
         whole = package.Gate.load()

@@ -40,7 +40,7 @@ import redis as redis_lib
 
 from eval.bench.report import emit, print_table
 from eval.stack.redis import RedisServer, free_port
-from worker.webhook import WEBHOOK_PATH, sign
+from worker.webhook_events import WEBHOOK_PATH, sign
 
 SECRET = "bench-webhook-secret"  # noqa: S105 - a throwaway secret for a loopback bench
 TARGET_RPS = 1500.0
@@ -413,7 +413,7 @@ def main(argv: Sequence[str]) -> int:
         if args.server_tree is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(args.server_tree.resolve()), env.get("PYTHONPATH", "")])
         server = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "webhook", "serve", "--port", str(port)]
+            [sys.executable, "-m", "worker.app.cli", "webhook", "serve", "--port", str(port)]
             + (["--workers", str(args.server_workers)] if args.server_workers > 1 else []),
             env=env,
             stdout=subprocess.DEVNULL,

@@ -31,7 +31,7 @@ from worker.addressing import BotIdentity, decide
 from worker.broker import build_broker
 from worker.redis_batch import RedisBatcher, RedisCommand
 from worker.settings import Settings
-from worker.webhook import PostEnvelope, sign, signature_ok
+from worker.webhook_events import PostEnvelope, sign, signature_ok
 
 
 def _timed(n: int, run: Callable[[int], object]) -> tuple[float, float]:

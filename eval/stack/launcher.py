@@ -37,7 +37,7 @@ from eval.stack.procs import CITEBOT, Child, DemoError, Processes, tail
 from eval.stack.redis import RedisServer, free_port, redis_answers
 from worker.html_text import html_to_text
 from worker.settings import ENV_DELIMITER, ENV_PREFIX
-from worker.webhook import WEBHOOK_PATH
+from worker.webhook_events import WEBHOOK_PATH
 
 Lifespan = Literal["auto", "on", "off"]
 

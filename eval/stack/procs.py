@@ -20,7 +20,7 @@ from typing import IO
 
 import httpx
 
-CITEBOT = (sys.executable, "-m", "worker.cli")
+CITEBOT = (sys.executable, "-m", "worker.app.cli")
 
 
 class DemoError(Exception):
@@ -199,7 +199,7 @@ def _ours(pid: int) -> bool:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"worker.cli" in command or b"redis-server" in command
+    return b"worker.app.cli" in command or b"redis-server" in command
 
 
 def _stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.backfill.test_file_source import ARCHIVE
 from tests.services import unavailable
-from worker.cli import main
+from worker.app.cli import main
 from worker.db.migrate import migrate
 from worker.settings import Settings
 
@@ -110,7 +110,7 @@ def test_ctrl_c_prints_one_summary_records_interrupted_and_the_same_command_resu
     url, export = env
     for topic in (100, 1036):  # 37 + 93 posts, committed 5 at a time
         shutil.copy(ARCHIVE / "topics" / f"{topic}.json", export / "topics" / f"{topic}.json")
-    command = [sys.executable, "-m", "worker.cli", "backfill", "--source", "file", "--path", str(export)]
+    command = [sys.executable, "-m", "worker.app.cli", "backfill", "--source", "file", "--path", str(export)]
     proc = subprocess.Popen(
         [*command, "--page-size", "5", "--progress", "log"],
         stdout=subprocess.PIPE,

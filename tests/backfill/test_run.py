@@ -388,7 +388,7 @@ def test_limit_cuts_a_page_keeping_its_coverage_in_both_directions() -> None:
 def _cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {"CITEBOT_DATABASE__URL": db_url, "CITEBOT_EMBEDDINGS__MODEL": TEST_MODEL}
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
+        [sys.executable, "-m", "worker.app.cli", *args],
         env={**env, "CITEBOT_EMBEDDINGS__DIMENSION": "8", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

@@ -19,8 +19,8 @@ import worker.flags
 import worker.metrics  # noqa: F401
 from tests.conftest import RedisClients
 from worker.actors import INDEX_QUEUE, MAINTENANCE_QUEUE, QUESTIONS_QUEUE
+from worker.app.webhook import WebhookMetrics
 from worker.backlog import BacklogCollector
-from worker.webhook import WebhookMetrics
 
 MONITORING = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
 ALERTS = MONITORING / "alerts.yaml"

@@ -31,11 +31,12 @@ from eval.stack.procs import Child
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.eval.forum.export import TOPICS, write_export
 from worker.actors import DramatiqIntake, declare_actors, enqueue_only
+from worker.app.webhook import create_app
 from worker.broker import build_broker
 from worker.clients.discourse import DiscourseClient
 from worker.settings import Settings
 from worker.testing.server import ModelDouble
-from worker.webhook import WEBHOOK_PATH, create_app
+from worker.webhook_events import WEBHOOK_PATH
 
 KEY = "e2e-answer-key"
 # The members' and admins' browser sessions: not counted against the forum's admin-API limit.

@@ -27,7 +27,7 @@ def test_calibrate_runs_with_the_http_embedder_and_reranker_the_worker_uses(
         assert stack.env["CITEBOT_EMBEDDINGS__PROVIDER"] == "tei"
         out = tmp_path / "calibrate.json"
         done = subprocess.run(
-            [sys.executable, "-m", "worker.cli", "calibrate", "--source", "api", "--min-topics", "20",
+            [sys.executable, "-m", "worker.app.cli", "calibrate", "--source", "api", "--min-topics", "20",
              "--out", str(out)],
             env=stack.env, capture_output=True, text=True, timeout=180, check=False,
         )  # fmt: skip

@@ -88,7 +88,7 @@ def test_reply_held_for_review_is_final_and_never_posted_twice(
         assert stack.bot_replies(12) == []
         assert row["reply_post_id"] is None
         status = subprocess.run(
-            [sys.executable, "-m", "worker.cli", "answers", "--state", "held_for_review"],
+            [sys.executable, "-m", "worker.app.cli", "answers", "--state", "held_for_review"],
             env=stack.env,
             capture_output=True,
             text=True,
@@ -177,7 +177,7 @@ def test_backfill_beside_answers_stays_under_the_site_api_limit(
     ]
     with open_stack(db_url, redis_url, tmp_path, env=env, forum=forum, topics=topics) as stack:
         backfill = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "backfill", "--source", "api", "--progress", "log"],
+            [sys.executable, "-m", "worker.app.cli", "backfill", "--source", "api", "--progress", "log"],
             env={**stack.env, **os.environ, **env, **_backfill_env(stack)},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

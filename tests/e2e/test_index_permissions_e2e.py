@@ -52,7 +52,7 @@ def _api_backfill(stack: Stack, *extra: str) -> None:
     """``citebot backfill --source api`` as the bot (an admin of the double), as cron would run it."""
     env = {**os.environ, **{k: v for k, v in stack.env.items() if k.startswith("CITEBOT_")}}
     done = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "backfill", "--source", "api", "--progress", "log", *extra],
+        [sys.executable, "-m", "worker.app.cli", "backfill", "--source", "api", "--progress", "log", *extra],
         env=env,
         capture_output=True,
         text=True,

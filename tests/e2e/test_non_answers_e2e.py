@@ -51,7 +51,7 @@ def _settled(stack: Stack, post_id: int, timeout_s: float = 45.0) -> dict[str, A
 
 def _citebot(stack: Stack, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *argv],
+        [sys.executable, "-m", "worker.app.cli", *argv],
         env={**stack.env, **(env or {})},
         capture_output=True,
         text=True,

@@ -76,11 +76,11 @@ def test_stop_all_ends_every_process_of_each_group(tmp_path: Path) -> None:
 def test_a_kept_stack_is_stopped_from_its_pids_file_and_a_recycled_pid_is_left_alone(tmp_path: Path) -> None:
     procs = Processes(tmp_path / "logs", os.environ)
     # $0 names our CLI, as the demo's children do: only such processes are ever signalled
-    child = procs.start("worker", ["sh", "-c", "sleep 60 & wait", "worker.cli"])
+    child = procs.start("worker", ["sh", "-c", "sleep 60 & wait", "worker.app.cli"])
     try:
         cmdline = Path(f"/proc/{child.proc.pid}/cmdline")
         deadline = time.monotonic() + 5
-        while b"worker.cli" not in cmdline.read_bytes() and time.monotonic() < deadline:
+        while b"worker.app.cli" not in cmdline.read_bytes() and time.monotonic() < deadline:
             time.sleep(0.01)  # until the fork has exec'd sh
         pids = tmp_path / "pids.json"
         procs.save(pids)

@@ -37,7 +37,7 @@ def run(stdin: str, *args: str, env: dict[str, str] | None = None) -> subprocess
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CITEBOT_")}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", "gate", "check", *args],
+        [sys.executable, "-m", "worker.app.cli", "gate", "check", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -2,20 +2,21 @@
 
 ::
 
-    gate, sanitizer      pure: import nothing of ours
-          ▲
-    worker               may import gate, sanitizer (worker.testing: only tests, eval and itself)
-          ▲
-    backfill             may import worker, gate, sanitizer
-          ▲
-    eval                 may import all of the above
-          ▲
-    tests                may import everything; nothing imports tests
+    tests           may import everything; nothing imports tests
+      ▲
+    worker.app      the applications: the CLI (cli, commands/), the composition root (assemble), the
+      ▲             webhook app; may import every layer below
+    eval            may import backfill, the core of worker, gate, sanitizer
+      ▲
+    backfill        may import the core of worker, gate, sanitizer
+      ▲
+    worker (core)   everything in worker/ but app/: may import gate, sanitizer
+      ▲             (worker.testing: only tests, eval, worker.app and itself)
+    gate, sanitizer pure: import nothing of ours
 
 Every import counts, the ones inside a function body too (a lazy import is still a dependency), and
-there are no exceptions. What ``worker`` runs from above it (the development doubles of ``eval.stack``
-behind ``citebot forum|models serve``, the index stack and the bulk backfill of ``backfill``) it names in
-``worker/seams.py`` and resolves by name when it runs; each of those names is checked to resolve here.
+there are no exceptions. A module named by a string (``importlib.import_module``, ``__import__``) counts
+as an import of that module, so a dependency cannot hide in a string either.
 """
 
 from __future__ import annotations
@@ -27,21 +28,43 @@ from pathlib import Path
 import pytest
 
 from tests.services import ROOT
-from worker.seams import SEAMS, resolve
 
 OURS = ("gate", "sanitizer", "worker", "backfill", "eval", "tests")
+APP = "worker.app"
+BELOW_APP = frozenset({"eval", "backfill", "worker", "gate", "sanitizer"})
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "gate": frozenset({"gate"}),
     "sanitizer": frozenset({"sanitizer"}),
     "worker": frozenset({"worker", "gate", "sanitizer"}),
     "backfill": frozenset({"backfill", "worker", "gate", "sanitizer"}),
     "eval": frozenset({"eval", "backfill", "worker", "gate", "sanitizer"}),
-    "tests": frozenset(OURS),
+    APP: BELOW_APP | {APP},
+    "tests": frozenset({*OURS, APP}),
 }
+STRING_IMPORTS = frozenset({"import_module", "__import__"})
+
+
+def layer(module: str) -> str:
+    """The layer a dotted module name belongs to: ``worker.app`` apart from the rest of ``worker``."""
+    if module == APP or module.startswith(APP + "."):
+        return APP
+    return module.split(".")[0]
+
+
+def _named(node: ast.expr) -> str | None:
+    """The module a string names: a literal, or the literal head of an f-string (``f"eval.bench.{x}"``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values:
+        head = node.values[0]
+        if isinstance(head, ast.Constant) and isinstance(head.value, str):
+            return head.value.rstrip(".")
+    return None
 
 
 def _imports(path: Path) -> Iterator[tuple[str, int]]:
-    """(imported module, line) for every absolute import in the file."""
+    """(imported module, line) for every absolute import in the file, and every module named by a string
+    to ``importlib.import_module`` or ``__import__``."""
     tree = ast.parse(path.read_text("utf-8"), filename=str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -49,12 +72,24 @@ def _imports(path: Path) -> Iterator[tuple[str, int]]:
                 yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             yield node.module, node.lineno
+            for alias in node.names:  # ``from worker import app`` imports worker.app
+                yield f"{node.module}.{alias.name}", node.lineno
         elif isinstance(node, ast.ImportFrom) and node.level:
             yield "<relative>", node.lineno
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            named = _named(node.args[0]) if name in STRING_IMPORTS else None
+            if named:
+                yield named, node.lineno
 
 
 def _files(package: str) -> list[Path]:
-    return [p for p in sorted((ROOT / package).rglob("*.py")) if ".venv" not in p.parts]
+    folder = ROOT.joinpath(*package.split("."))
+    found = [p for p in sorted(folder.rglob("*.py")) if ".venv" not in p.parts]
+    if package == "worker":  # the core: worker/app/ is a layer of its own
+        found = [p for p in found if p.relative_to(folder).parts[0] != "app"]
+    return found
 
 
 def violations(package: str) -> list[str]:
@@ -62,14 +97,13 @@ def violations(package: str) -> list[str]:
     for path in _files(package):
         where = path.relative_to(ROOT).as_posix()
         for module, line in _imports(path):
-            top = module.split(".")[0]
             if module == "<relative>":
                 found.append(f"{where}:{line}: relative import (write the absolute one)")
-            elif top in OURS and top not in MAY_IMPORT[package]:
+            elif module.split(".")[0] in OURS and layer(module) not in MAY_IMPORT[package]:
                 found.append(f"{where}:{line}: {package} imports {module}")
             elif (
                 module.startswith("worker.testing")
-                and package == "worker"
+                and package in {"worker", APP}
                 and not where.startswith("worker/testing/")
             ):
                 found.append(f"{where}:{line}: production code imports the fakes ({module})")
@@ -81,15 +115,40 @@ def test_imports_go_one_way(package: str) -> None:
     assert violations(package) == []
 
 
-@pytest.mark.parametrize("ref", SEAMS)
-def test_every_named_seam_resolves_to_code_above_worker(ref: str) -> None:
-    """A renamed or moved target fails here, not when the command or the actor first runs."""
-    assert ref.split(".")[0] in {"backfill", "eval"}
-    assert callable(resolve(ref))
+def test_every_file_of_ours_is_in_one_layer() -> None:
+    """No package escapes the check: the layers' files are every Python file of the five packages."""
+    checked = {p for package in MAY_IMPORT if package != "tests" for p in _files(package)}
+    ours = {
+        p
+        for top in ("gate", "sanitizer", "worker", "backfill", "eval")
+        for p in (ROOT / top).rglob("*.py")
+        if ".venv" not in p.parts
+    }
+    assert ours - checked == set()
+    assert (ROOT / "worker" / "app" / "cli.py") in checked
 
 
 def test_the_check_sees_an_import_running_back_up(tmp_path: Path) -> None:
     """The checker itself: a lazy import of eval inside a worker function is found."""
     module = tmp_path / "bad.py"
     module.write_text("def handler():\n    from eval.stack.forum.app import create_forum_app\n", "utf-8")
-    assert [m for m, _ in _imports(module)] == ["eval.stack.forum.app"]
+    assert [m for m, _ in _imports(module)] == [
+        "eval.stack.forum.app",
+        "eval.stack.forum.app.create_forum_app",
+    ]
+
+
+def test_the_check_sees_a_module_named_by_a_string(tmp_path: Path) -> None:
+    """A string import is an import: the core resolving ``backfill`` or ``worker.app`` by name is found."""
+    module = tmp_path / "seam.py"
+    module.write_text(
+        "import importlib\n"
+        "def run(name):\n"
+        "    importlib.import_module('backfill.command')\n"
+        "    return importlib.import_module(f'worker.app.commands.{name}')\n",
+        "utf-8",
+    )
+    named = [m for m, _ in _imports(module)]
+    assert named == ["importlib", "backfill.command", "worker.app.commands"]
+    assert [layer(m) for m in named[1:]] == ["backfill", APP]
+    assert not {layer(m) for m in named[1:]} <= MAY_IMPORT["worker"]

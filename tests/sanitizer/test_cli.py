@@ -25,7 +25,7 @@ LLM_TEXT = (
 
 def run(args: list[str], stdin: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", "sanitize", *args],
+        [sys.executable, "-m", "worker.app.cli", "sanitize", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import RedisClients, make_settings
 from worker import answers
 from worker.actors import Actors, declare_actors, honour_retry_after, is_last_attempt, retry_options
-from worker.assemble import lazy_runtime
+from worker.app.assemble import lazy_runtime
 from worker.broker import build_broker
 from worker.domain import Delivery
 from worker.errors import PermanentError, RateLimitedError, ServiceUnavailableError, ValidationError

@@ -11,7 +11,7 @@ import respx
 from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 
-from worker.cli import main
+from worker.app.cli import main
 from worker.testing.models import FakeEmbedder
 
 pytestmark = pytest.mark.integration

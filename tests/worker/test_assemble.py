@@ -10,7 +10,7 @@ from backfill import incremental
 from backfill.indexer import BackfillIndexer
 from tests.conftest import TEST_DIMENSION, make_settings
 from worker.actors import handle_question
-from worker.assemble import build_answerer, build_runtime
+from worker.app.assemble import build_answerer, build_runtime
 from worker.errors import PermanentError
 from worker.pipeline import AnswerPipeline
 from worker.runtime import Once

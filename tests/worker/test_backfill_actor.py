@@ -15,7 +15,7 @@ from eval.stack.launcher import serve
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.eval.forum.export import write_export
 from worker.actors import declare_actors
-from worker.assemble import lazy_runtime
+from worker.app.assemble import lazy_runtime
 from worker.broker import build_broker
 from worker.testing.server import ModelDouble
 
@@ -39,7 +39,7 @@ def test_enqueued_backfill_runs_on_a_worker_and_fills_the_index(
             [
                 sys.executable,
                 "-m",
-                "worker.cli",
+                "worker.app.cli",
                 "backfill",
                 "--source",
                 "file",

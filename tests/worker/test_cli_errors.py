@@ -16,7 +16,7 @@ from eval.stack.redis import free_port
 from worker.logs import BrokerOutageFilter
 from worker.settings import unknown_env_names
 
-CLI = [sys.executable, "-m", "worker.cli"]
+CLI = [sys.executable, "-m", "worker.app.cli"]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

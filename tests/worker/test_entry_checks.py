@@ -30,7 +30,7 @@ def run_citebot(
     """The CLI as a process; a worker that starts instead of refusing is killed at the timeout."""
     try:
         return subprocess.run(
-            [sys.executable, "-m", "worker.cli", *args],
+            [sys.executable, "-m", "worker.app.cli", *args],
             env=env,
             capture_output=True,
             text=True,

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
-from worker.cli import main
+from worker.app.cli import main
+from worker.app.commands.flags import set_flag, show_flags
 from worker.clients.discourse import DiscourseClient
-from worker.commands.flags import set_flag, show_flags
 from worker.errors import ServiceUnavailableError
 from worker.flags import (
     PLUGIN_SETTING_NAMES,

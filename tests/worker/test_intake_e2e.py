@@ -23,12 +23,13 @@ from eval.stack.launcher import serve
 from tests.conftest import REDIS_NAMESPACE, RedisClients, make_settings
 from tests.eval.forum.export import write_export
 from worker.actors import Actors, DramatiqIntake, declare_actors, run_poll
-from worker.assemble import lazy_runtime
+from worker.app.assemble import lazy_runtime
+from worker.app.webhook import create_app
 from worker.broker import build_broker
 from worker.runtime import Once, Runtime
 from worker.settings import Settings
 from worker.testing.answerer import ClaimingAnswerer
-from worker.webhook import WEBHOOK_PATH, create_app
+from worker.webhook_events import WEBHOOK_PATH
 
 pytestmark = pytest.mark.integration
 

@@ -223,7 +223,7 @@ def test_citebot_answers_lists_the_questions_without_an_answer_and_why(
 
     def answers_cli(*argv: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "worker.cli", "answers", *argv],
+            [sys.executable, "-m", "worker.app.cli", "answers", *argv],
             env=env,
             capture_output=True,
             text=True,

@@ -15,9 +15,10 @@ from redis.exceptions import ResponseError
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.worker.webhook_support import SECRET, encode, headers, post_payload
 from worker.actors import INDEX_QUEUE, QUESTIONS_QUEUE, DramatiqIntake, declare_actors, enqueue_only
+from worker.app.webhook import create_app
 from worker.broker import build_broker
 from worker.redis_batch import NoTurnError, RedisBatcher, RedisCommand
-from worker.webhook import WEBHOOK_PATH, create_app
+from worker.webhook_events import WEBHOOK_PATH
 
 pytestmark = pytest.mark.integration
 

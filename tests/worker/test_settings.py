@@ -45,7 +45,7 @@ def test_env_name_skips_list_indexes() -> None:
 
 def test_cli_bad_setting_is_one_line_exit_2() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "db", "migrate"],
+        [sys.executable, "-m", "worker.app.cli", "db", "migrate"],
         env={"CITEBOT_DATABASE__URL": "nope", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
@@ -61,7 +61,7 @@ def test_cli_bad_setting_is_one_line_exit_2() -> None:
 @pytest.mark.parametrize("argv", [["--help"], ["db", "migrate", "--help"], ["db", "--help"]])
 def test_cli_help(argv: list[str]) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "worker.cli", *argv], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "worker.app.cli", *argv], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0
     assert "usage: citebot" in proc.stdout

@@ -9,7 +9,8 @@ from starlette.testclient import TestClient
 
 from tests.conftest import REDIS_NAMESPACE, RedisClients, make_settings
 from tests.worker.webhook_support import SECRET, FakeIntake, encode, headers, post_payload
-from worker.webhook import WEBHOOK_PATH, create_app
+from worker.app.webhook import create_app
+from worker.webhook_events import WEBHOOK_PATH
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 
 from tests.conftest import make_settings
 from tests.worker.webhook_support import SECRET, FakeIntake, encode, headers, post_payload
-from worker.webhook import WEBHOOK_PATH, create_app
-from worker.webhook_events import REVIEWABLE_RECHECK_S, family
+from worker.app.webhook import create_app
+from worker.webhook_events import REVIEWABLE_RECHECK_S, WEBHOOK_PATH, family
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,9 @@ from starlette.applications import Starlette
 
 from tests.conftest import make_settings
 from tests.worker.webhook_support import SECRET, FakeIntake, encode, headers, post_payload
+from worker.app.webhook import OncePerSource, WebhookMetrics, create_app, redis_for_webhook
 from worker.settings import Settings
-from worker.webhook import WEBHOOK_PATH, OncePerSource, WebhookMetrics, create_app, redis_for_webhook
+from worker.webhook_events import WEBHOOK_PATH
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +100,7 @@ def test_401s_are_logged_once_per_source_per_minute_and_all_counted(
                 statuses.append((await c.post(WEBHOOK_PATH, content=body, headers=bad)).status_code)
         return statuses
 
-    with caplog.at_level(logging.INFO, logger="worker.webhook"):
+    with caplog.at_level(logging.INFO, logger="worker.app.webhook"):
         assert asyncio.run(run()) == [401] * 5
     lines = [r for r in caplog.records if "refused (401)" in r.getMessage()]
     assert [r.levelno for r in lines] == [logging.WARNING, logging.WARNING]  # at t=0 and t=61

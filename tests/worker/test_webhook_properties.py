@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 from tests.conftest import REDIS_NAMESPACE, make_settings
 from tests.worker.webhook_support import SECRET, FakeIntake, post_payload
 from worker.addressing import BotIdentity, decide
-from worker.webhook import WEBHOOK_PATH, PostEnvelope, create_app, sign
-from worker.webhook_events import POST_EVENTS
+from worker.app.webhook import create_app
+from worker.webhook_events import POST_EVENTS, WEBHOOK_PATH, PostEnvelope, sign
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from eval.stack.redis import free_port
 from tests.conftest import REDIS_NAMESPACE
 from tests.worker.webhook_support import SECRET, encode, headers, post_payload
 from worker.actors import QUESTIONS_QUEUE
-from worker.webhook import WEBHOOK_PATH
+from worker.webhook_events import WEBHOOK_PATH
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,17 @@ def test_two_server_processes_share_the_port_and_lose_nothing(redis_url: str) ->
         "CITEBOT_DISCOURSE__WEBHOOK_SECRET": SECRET,
         "CITEBOT_DISCOURSE__BOT_USERNAME": "citebot",
     }
-    command = [sys.executable, "-m", "worker.cli", "webhook", "serve", "--port", str(port), "--workers", "2"]
+    command = [
+        sys.executable,
+        "-m",
+        "worker.app.cli",
+        "webhook",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+    ]
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         base = f"http://127.0.0.1:{port}"

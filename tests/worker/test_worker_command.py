@@ -40,7 +40,7 @@ def test_worker_run_with_two_processes_answers_and_stops(db_url: str, redis_url:
         [
             sys.executable,
             "-m",
-            "worker.cli",
+            "worker.app.cli",
             "worker",
             "run",
             "--threads",

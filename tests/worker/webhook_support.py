@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 
 from worker.redis_batch import RedisCommand
-from worker.webhook import sign
+from worker.webhook_events import sign
 
 SECRET = "a-long-webhook-secret"
 _ids = itertools.count(1)

@@ -226,3 +226,23 @@ def describe(calibration: Calibration | None) -> str:
         f"weights from citebot calibrate (stage_calibrations {calibration.id}, "
         f"{calibration.fitted_at:%Y-%m-%d %H:%M} UTC, {calibration.decision})"
     )
+
+
+def figures_table(test_half: dict[str, Any]) -> list[str]:
+    """The test half's figures, one line per weights judged (95 % Wilson intervals in brackets)."""
+
+    def cell(f: dict[str, Any] | None) -> str:
+        if not f or f.get("value") is None:
+            return "—"
+        lo, hi = f["ci95"]
+        return f"{f['value']:.3f} [{lo:.2f}, {hi:.2f}] n={f['n']}"
+
+    lines = [
+        "  test half: weights | topic@5 | post@5 | out-of-domain abstained | answerable abstained | merit"
+    ]
+    for name, f in test_half.items():
+        lines.append(
+            f"    {name}: {cell(f['all']['topic@5'])} | {cell(f['all']['post@5'])} | "
+            f"{cell(f['ood']['abstained'])} | {cell(f['all']['abstained'])} | {f['merit']:.4f}"
+        )
+    return lines

@@ -1,5 +1,5 @@
-"""``citebot forum serve`` (also ``python -m eval.stack.forum serve``): load a forum export into
-PostgreSQL and serve the Discourse double over it. The command line is parsed by ``worker.commands.forum``."""
+"""``citebot forum serve``: load a forum export into PostgreSQL and serve the Discourse double over it.
+The command line is parsed, and the settings loaded, by ``worker.app.commands.forum``."""
 
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ import uvicorn
 from eval.stack.forum.app import ForumConfig, create_forum_app
 from eval.stack.forum.loader import export_label, load_export
 from eval.stack.forum.store import ForumStore
-from worker.commands.common import settings_from
 from worker.errors import ConfigError, ServiceUnavailableError
+from worker.settings import Settings
 
 
-def serve(args: argparse.Namespace) -> int:
-    """The handler of ``citebot forum serve`` (arguments parsed by ``worker.commands.forum``)."""
-    settings = settings_from(args)
+def serve(args: argparse.Namespace, settings: Settings) -> int:
+    """The handler of ``citebot forum serve`` (arguments parsed by ``worker.app.commands.forum``)."""
     export = args.export.resolve()
     also = [p.resolve() for p in args.also_export or ()]
     for folder in (export, *also):

@@ -53,7 +53,7 @@ def test_committed_calibration_keeps_the_thresholds_meaning() -> None:
 
 def test_the_model_service_modules_import_no_heavy_library() -> None:
     code = (
-        "import sys, worker.commands.models, worker.clients.embeddings, worker.clients.tei, "
+        "import sys, worker.app.commands.models, worker.clients.embeddings, worker.clients.tei, "
         "worker.clients.local_embedder, worker.testing.models\n"
         "heavy = {'torch', 'sentence_transformers', 'transformers', 'starlette', 'uvicorn'}\n"
         "heavy &= set(sys.modules)\n"
@@ -65,7 +65,7 @@ def test_the_model_service_modules_import_no_heavy_library() -> None:
 
 def test_models_serve_is_a_cli_command() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "models", "serve", "--help"],
+        [sys.executable, "-m", "worker.app.cli", "models", "serve", "--help"],
         capture_output=True,
         text=True,
         check=False,

@@ -416,7 +416,7 @@ def test_accepted_answers_the_index_may_not_cite_are_not_questions(
 
 
 def test_min_topics_below_the_floor_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    from worker.cli import main
+    from worker.app.cli import main
 
     assert main(["calibrate", "--source", "file", "--path", str(SAMPLE), "--min-topics", "3"]) == 2
     assert "at least" in capsys.readouterr().err

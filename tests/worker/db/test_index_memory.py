@@ -92,7 +92,7 @@ def test_the_worker_logs_the_advice_at_its_start(
 @pytest.mark.integration
 def test_db_status_prints_the_index_memory(db_url: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "db", "status"],
+        [sys.executable, "-m", "worker.app.cli", "db", "status"],
         env={"CITEBOT_DATABASE__URL": db_url, "CITEBOT_EMBEDDINGS__DIMENSION": "8", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

@@ -29,9 +29,9 @@ def _outages() -> tuple[type[BaseException], ...]:
 
 def _poll(args: argparse.Namespace) -> int:
     from worker.actors import declare_actors, run_poll
-    from worker.assemble import lazy_runtime
+    from worker.app.assemble import lazy_runtime
+    from worker.app.commands.common import preflight, settings_from
     from worker.broker import build_broker
-    from worker.commands.common import preflight, settings_from
     from worker.errors import TransientError
 
     settings = settings_from(args)

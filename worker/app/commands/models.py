@@ -1,7 +1,7 @@
 """``citebot models serve``: the local model server speaking TEI's contract (development and tests).
 
-The server lives in ``eval.stack.modelserver``; this module parses the command line and hands the
-arguments to ``eval.stack.modelserver.serve`` by name (``worker`` imports nothing from ``eval``)."""
+The server lives in ``eval.stack.modelserver``; this module parses the command line, configures logging
+and hands the arguments to ``eval.stack.modelserver.serve`` (loaded only when the command runs)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def register(group: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from worker.commands.common import dispatch
-    from worker.seams import MODEL_DOUBLE
+    from eval.stack.modelserver.serve import serve
+    from worker.app.commands.common import settings_from
 
-    return dispatch(MODEL_DOUBLE, args)
+    settings_from(args)  # configures logging; the server itself needs no citebot settings
+    return serve(args)

@@ -47,9 +47,9 @@ def _run(args: argparse.Namespace) -> int:
     import dramatiq
 
     from worker.actors import declare_actors
-    from worker.assemble import build_answerer, lazy_runtime
+    from worker.app.assemble import build_answerer, lazy_runtime
+    from worker.app.commands.common import preflight, settings_from
     from worker.broker import build_broker
-    from worker.commands.common import preflight, settings_from
     from worker.errors import ConfigError
 
     settings = settings_from(args)
@@ -130,7 +130,7 @@ def _register_backlog(rt: Runtime) -> None:
 
 def _spawn_child(args: argparse.Namespace, metrics_port: int | None) -> subprocess.Popen[bytes]:
     """One more worker process with the same options (it inherits the environment, hence the settings)."""
-    command = [sys.executable, "-m", "worker.cli", "worker", "run", "--threads", str(args.threads)]
+    command = [sys.executable, "-m", "worker.app.cli", "worker", "run", "--threads", str(args.threads)]
     if metrics_port:
         command += ["--metrics-port", str(metrics_port)]
     if args.queues:

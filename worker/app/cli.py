@@ -1,9 +1,9 @@
-"""The ``citebot`` command: the composition root.
+"""The ``citebot`` command: one parser over the command groups of ``worker.app.commands``.
 
-Each command group is one module in ``worker/commands/`` that defines ``NAME``, ``HELP`` and
-``register(parser)``; this file discovers them and wires them together. A group backed by ``backfill``
-or ``eval`` (which import ``worker``, never the reverse) imports that package inside its handler, so
-the dependency exists only at the composition root and only when that command runs.
+Each command group is one module in ``worker/app/commands/`` that defines ``NAME``, ``HELP`` and
+``register(parser)``; ``COMMANDS`` lists them, and this file wires them together. A group backed by
+``backfill`` or ``eval`` (both below ``worker.app``) imports that package inside its handler, so that
+a command pays only for its own imports.
 Errors become one line on stderr and an exit code: 2 for configuration, 1 for everything else, 141
 (quietly) when the reader of stdout went away.
 """
@@ -11,29 +11,48 @@ Errors become one line on stderr and an exit code: 2 for configuration, 1 for ev
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
-import pkgutil
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
+from worker.app.commands import (
+    answers,
+    ask,
+    backfill,
+    calibrate,
+    db,
+    flags,
+    forum,
+    models,
+    poll,
+    sanitize,
+    webhook,
+)
+from worker.app.commands import gate as gate_group
+from worker.app.commands import worker as worker_group
 from worker.errors import CitebotError, ConfigError
 
 log = logging.getLogger(__name__)
 
 
-def command_modules() -> list[ModuleType]:
-    """Every module of ``worker.commands`` that declares a command group, sorted by name."""
-    import worker.commands
-
-    found = []
-    for info in pkgutil.iter_modules(worker.commands.__path__):
-        module = importlib.import_module(f"worker.commands.{info.name}")
-        if hasattr(module, "register") and hasattr(module, "NAME"):
-            found.append(module)
-    return sorted(found, key=lambda m: str(m.NAME))
+# Every command group, in the order of ``citebot --help``.
+COMMANDS: tuple[ModuleType, ...] = (
+    answers,
+    ask,
+    backfill,
+    calibrate,
+    db,
+    flags,
+    forum,
+    gate_group,
+    models,
+    poll,
+    sanitize,
+    webhook,
+    worker_group,
+)
 
 
 Handler = Callable[[argparse.Namespace], int]
@@ -48,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"citebot {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in command_modules():
+    for module in COMMANDS:
         group = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.register(group)
     return parser

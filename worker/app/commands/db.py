@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from worker.commands.common import settings_from
+from worker.app.commands.common import settings_from
 from worker.db.connect import connect
 from worker.db.meta import read_index_meta
 from worker.db.migrate import migrate, pending

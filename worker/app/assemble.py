@@ -3,8 +3,9 @@
 ``build_runtime`` opens the pool, the HTTP, forum and Redis clients and names the one embedder and the
 indexer (both built on first use); ``lazy_runtime`` defers it to the first message; ``build_answerer``
 builds the answer pipeline over them. Every other module receives these as typed objects. The indexer
-is ``backfill``'s, reached through the named seam ``worker.seams.INDEXER`` (``worker`` imports nothing
-from ``backfill``).
+is ``backfill``'s (``backfill.indexer.BackfillIndexer``): the applications (``worker.app``) sit above
+``backfill`` and import it; the core of ``worker`` knows only the ``worker.protocols.Indexer`` it
+satisfies.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import replace
 import httpx
 import redis as redis_lib
 
+from backfill.indexer import BackfillIndexer
 from gate import Gate, IntentError, IntentLayer
 from worker.budget import build_budget
 from worker.clients.discourse import DiscourseClient
@@ -29,7 +31,6 @@ from worker.protocols import Indexer
 from worker.recheck import SourceCheck
 from worker.retrieval.factory import build_retriever, second_embedder
 from worker.runtime import Answerer, Once, Runtime
-from worker.seams import INDEXER, resolve
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -41,16 +42,10 @@ AnswererFactory = Callable[[Runtime], Answerer]
 IndexerFactory = Callable[[Runtime], Indexer]
 
 
-def backfill_indexer(runtime: Runtime) -> Indexer:
-    """The index stack of ``backfill`` (``worker.seams.INDEXER``) over ``runtime``."""
-    factory: IndexerFactory = resolve(INDEXER)
-    return factory(runtime)
-
-
 def build_runtime(
     settings: Settings,
     answerer_factory: AnswererFactory | None = None,
-    indexer_factory: IndexerFactory = backfill_indexer,
+    indexer_factory: IndexerFactory = BackfillIndexer,
 ) -> Runtime:
     """Open the pool and clients described by ``settings``; the embedder and the indexer are built
     on first use, the answerer (when a factory is given) now."""

@@ -1,22 +1,19 @@
 """``citebot calibrate``: fit the second stage's weights and zone thresholds to this forum's solved topics.
 
-The run (``backfill.calibrate.run``: it reads the forum through the backfill's sources) is reached
-through the seam ``worker.seams.CALIBRATE``; ``--report`` reads the database only. See docs/calibrate.md.
+The run is ``backfill.calibrate.run`` (it reads the forum through the backfill's sources), loaded only
+when the command runs; ``--report`` reads the database only. See docs/calibrate.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from worker.app.commands.common import preflight, settings_from, stoppable
 from worker.calibration.run import FLOOR_SOLVED_TOPICS, MIN_SOLVED_TOPICS
-from worker.commands.common import preflight, settings_from
-from worker.seams import CALIBRATE, resolve
 
 NAME = "calibrate"
 HELP = (
@@ -80,12 +77,9 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"citebot: --min-topics must be at least {FLOOR_SOLVED_TOPICS}", file=sys.stderr)
         return 2
     preflight(settings)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        code: int = resolve(CALIBRATE)(settings, args)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return code
+    from backfill.calibrate import run
+
+    return stoppable(run, settings, args)
 
 
 def report(settings: Any, *, as_json: bool = False) -> int:
@@ -142,34 +136,12 @@ def _brief(c: Any) -> dict[str, Any] | None:
 
 def _lines(c: Any) -> str:
     """The test-half table of a recorded run: each model set's figures with their intervals."""
+    from worker.calibration.store import figures_table
+
     out = [
         f"  fitted {c.fitted_at:%Y-%m-%d %H:%M} UTC from {c.source}: "
         f"{c.questions.get('solved_topics')} solved topics; zone thresholds abstain < "
         f"{c.abstain_below:.3f}, weak < {c.weak_below:.3f}",
     ]
-    out.extend(table(c.figures.get("test_half", {})))
+    out.extend(figures_table(c.figures.get("test_half", {})))
     return "\n".join(out)
-
-
-def table(test_half: dict[str, Any]) -> list[str]:
-    """The test half's figures, one line per weights judged (95 % Wilson intervals in brackets)."""
-
-    def cell(f: dict[str, Any] | None) -> str:
-        if not f or f.get("value") is None:
-            return "—"
-        lo, hi = f["ci95"]
-        return f"{f['value']:.3f} [{lo:.2f}, {hi:.2f}] n={f['n']}"
-
-    lines = [
-        "  test half: weights | topic@5 | post@5 | out-of-domain abstained | answerable abstained | merit"
-    ]
-    for name, f in test_half.items():
-        lines.append(
-            f"    {name}: {cell(f['all']['topic@5'])} | {cell(f['all']['post@5'])} | "
-            f"{cell(f['ood']['abstained'])} | {cell(f['all']['abstained'])} | {f['merit']:.4f}"
-        )
-    return lines
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt

@@ -39,7 +39,7 @@ def register(group: argparse.ArgumentParser) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from worker.commands.common import settings_from
+    from worker.app.commands.common import settings_from
 
     settings = settings_from(args)  # checked once here, so that a bad value fails before any process starts
     if args.workers > 1:
@@ -60,8 +60,8 @@ def _serve(args: argparse.Namespace) -> int:
 def build_app(settings: Settings) -> Starlette:
     """The webhook app over the real queue: its broker, actors (enqueue only) and Redis pool."""
     from worker.actors import DramatiqIntake, declare_actors, enqueue_only
+    from worker.app.webhook import create_app, redis_for_webhook
     from worker.broker import build_broker
-    from worker.webhook import create_app, redis_for_webhook
 
     broker = build_broker(settings.redis)
     actors = declare_actors(broker, enqueue_only, settings.limits)
@@ -71,6 +71,6 @@ def build_app(settings: Settings) -> Starlette:
 def app_from_env() -> Starlette:
     """Each ``--workers`` process's app (uvicorn's factory): settings from the environment, as the
     parent read them."""
-    from worker.commands.common import settings_from
+    from worker.app.commands.common import settings_from
 
     return build_app(settings_from(argparse.Namespace()))

@@ -10,7 +10,7 @@ from typing import Protocol, TextIO
 
 import httpx
 
-from worker.commands.common import settings_from
+from worker.app.commands.common import settings_from
 from worker.errors import ServiceUnavailableError
 from worker.flags import (
     FLAG_NAMES,

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from worker import answers
-from worker.commands.common import settings_from
+from worker.app.commands.common import settings_from
 from worker.db.connect import connect
 
 NAME = "answers"

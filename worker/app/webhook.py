@@ -9,8 +9,9 @@ accepted and ``/readyz`` says not ready.
 Only the body is signed: the ``X-Discourse-Event`` header can be changed by anyone who replays a
 captured delivery. So no header decides what work a body queues beyond what the body itself says:
 a question is deduped on (post id, version), a refresh on the digest of the signed body, and a post is
-removed from the index only when the body says it is deleted (``deleted_at``). Which events are read,
-and what each queues (posts, topics and their status, categories, reviewables): ``worker.webhook_events``.
+removed from the index only when the body says it is deleted (``deleted_at``). The contract it applies
+(the path, the signature, the bodies, which events are read and what each queues: posts, topics and
+their status, categories, reviewables) is ``worker.webhook_events``.
 
 Redis: a delivery makes two round trips (its dedupe keys, then its enqueues), and the deliveries in
 flight share them: the commands handed over in one event-loop turn leave on one pipeline
@@ -26,19 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Protocol
+from typing import Protocol
 
 import dramatiq
 import pydantic
 import redis as redis_lib
 import redis.asyncio as aredis_lib
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -46,20 +44,23 @@ from starlette.routing import Route
 
 from worker.addressing import BotIdentity, Decision, decide
 from worker.dedupe import delivery_key, question_key
-from worker.domain import ForumPost
 from worker.redis_batch import NoTurnError, RedisBatcher, RedisCommand
 from worker.settings import Settings
 from worker.webhook_events import (
     MOVE_ACTION_CODE,
     REVIEWABLE_RECHECK_S,
+    WEBHOOK_PATH,
     CategoryEnvelope,
+    PostEnvelope,
     ReviewableEnvelope,
+    TopicEnvelope,
+    WebhookPost,
     family,
+    signature_ok,
 )
 
 log = logging.getLogger(__name__)
 
-WEBHOOK_PATH = "/webhooks/discourse"
 # Every post event (webhook_events.POST_EVENTS) refreshes the post's index row (a new post is indexed
 # as soon as it exists; the bot's own are skipped) and asks it as a question when the body shows it
 # addressed: the header only says that the body is a post, so that what a body queues does not depend
@@ -72,9 +73,6 @@ MIN_SECRET_CHARS = 12
 # deliveries, /healthz) keeps its turn; shorter ones cost well under a millisecond inline.
 INLINE_PARSE_CHARS = 8192
 LOG_EVERY_S = 60.0
-
-Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
-Positive = Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 
 class Intake(Protocol):
@@ -96,52 +94,6 @@ class Intake(Protocol):
         list, and the webhook sends them (with other deliveries', ``worker.redis_batch``). An intake not
         on Redis (a test's list) records at once and yields an empty list."""
         ...
-
-
-class _ReplyTo(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    username: str | None = None
-
-
-class WebhookPost(BaseModel):
-    """The fields of Discourse's WebHookPostSerializer the receiver reads."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
-    id: Id
-    topic_id: Id
-    post_number: Positive = 1
-    raw: str | None = None
-    cooked: str | None = None
-    username: str = ""
-    user_id: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
-    post_type: Positive = 1
-    reply_to_post_number: Positive | None = None
-    reply_to_user: _ReplyTo | None = None
-    topic_archetype: str | None = "regular"
-    hidden: bool = False
-    deleted_at: str | None = None
-    user_deleted: bool = False
-    version: Positive = 1
-    action_code: str | None = None
-
-    def to_domain(self) -> ForumPost:
-        """The validated payload as a ``ForumPost``, by the one mapping of Discourse's post JSON."""
-        return ForumPost.from_json(self.model_dump())
-
-
-class PostEnvelope(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    post: WebhookPost
-
-
-class _TopicId(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    id: Id
-
-
-class TopicEnvelope(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    topic: _TopicId
 
 
 class WebhookMetrics:
@@ -221,19 +173,6 @@ def _refresh_event(event: str, post: WebhookPost) -> str:
     if post.deleted_at is not None:
         return "post_destroyed"
     return "post_edited" if event == "post_destroyed" else event
-
-
-def sign(secret: bytes, body: bytes) -> str:
-    """The ``X-Discourse-Event-Signature`` value Discourse sends for ``body``."""
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-
-
-def signature_ok(secret: bytes, body: bytes, header: str | None) -> bool:
-    """Constant-time check of ``header`` against the HMAC-SHA256 of the raw body."""
-    if not secret or not header:
-        return False
-    expected = sign(secret, body)
-    return hmac.compare_digest(expected.encode("ascii"), header.strip().encode("utf-8", "replace"))
 
 
 class _TooLarge(Exception):

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+from collections.abc import Callable
+from types import FrameType
 
 from worker.logs import configure_logging
 from worker.settings import Settings, load_settings, unknown_env_names
@@ -22,15 +25,20 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def dispatch(ref: str, args: argparse.Namespace) -> int:
-    """Run the handler named ``ref`` (``worker.seams``) for a command implemented outside ``worker``
-    (the development doubles in ``eval.stack``), loading it only when the command runs: ``worker``
-    never imports ``eval`` (tests/packaging/test_import_direction.py), yet ``citebot forum serve``
-    keeps one parser and help."""
-    from worker.seams import resolve
+def stoppable(
+    run: Callable[[Settings, argparse.Namespace], int], settings: Settings, args: argparse.Namespace
+) -> int:
+    """``run(settings, args)`` with SIGTERM (an orchestrator's stop) raising ``KeyboardInterrupt`` as
+    Ctrl-C does, so that a long run saves what it finished; the previous handler is restored after."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return run(settings, args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
-    result: int = resolve(ref)(args)
-    return result
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def preflight(settings: Settings, *, index: bool = True, redis: bool = False) -> None:

@@ -49,9 +49,9 @@ def _ask(args: argparse.Namespace) -> int:
 
     from gate import Gate, canned_text, detect_language
     from sanitizer import LinkGrain
+    from worker.app.commands.common import preflight, settings_from
     from worker.budget import shared_budget
     from worker.clients.discourse import DiscourseClient
-    from worker.commands.common import preflight, settings_from
     from worker.db.connect import open_pool
     from worker.generation.factory import chat_model_from
     from worker.generation.reply import write_reply

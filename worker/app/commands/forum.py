@@ -1,7 +1,7 @@
 """``citebot forum serve``: the local forum server (a test double of Discourse) for demos and tests.
 
-The double lives in ``eval.stack.forum``; this module only parses the command line and hands the
-arguments to ``eval.stack.forum.serve`` by name (``worker`` imports nothing from ``eval``).
+The double lives in ``eval.stack.forum``; this module parses the command line, loads the settings and
+hands both to ``eval.stack.forum.serve`` (loaded only when the command runs).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def register(group: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from worker.commands.common import dispatch
-    from worker.seams import FORUM_DOUBLE
+    from eval.stack.forum.serve import serve
+    from worker.app.commands.common import settings_from
 
-    return dispatch(FORUM_DOUBLE, args)
+    return serve(args, settings_from(args))

@@ -1,19 +1,16 @@
 """``citebot backfill``: fill the post index from a Discourse replica, the REST API or an export.
 
-``backfill`` imports ``worker``, never the reverse: the run itself (``backfill.command.run``) is reached
-through the named seam ``worker.seams.BACKFILL``, resolved only when this command runs.
+This module parses and checks the command line; the run itself is ``backfill.command.run`` (loaded only
+when the command runs: the CLI's other commands do not pay for the backfill's imports).
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
-from worker.commands.common import preflight, settings_from
-from worker.seams import BACKFILL, resolve
+from worker.app.commands.common import preflight, settings_from, stoppable
 from worker.settings import Settings
 
 NAME = "backfill"
@@ -102,13 +99,10 @@ def _backfill(args: argparse.Namespace) -> int:
     if args.enqueue:
         return _enqueue(settings, args)
     preflight(settings, index=not (args.reindex or args.build_index))
+    from backfill.command import run
+
     # A stopped job (Ctrl-C, or SIGTERM from an orchestrator) saves its finished pages and checkpoint.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        code: int = resolve(BACKFILL)(settings, args)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return code
+    return stoppable(run, settings, args)
 
 
 def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
@@ -133,7 +127,3 @@ def _enqueue(settings: Settings, args: argparse.Namespace) -> int:
         broker.close()
     print(f"enqueued a backfill of source {args.source!r}")
     return 0
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt

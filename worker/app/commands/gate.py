@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gate import Gate, RulesError
-from worker.commands.common import settings_from
+from worker.app.commands.common import settings_from
 from worker.errors import ConfigError
 
 NAME = "gate"

@@ -1,0 +1,1 @@
+"""``citebot`` command groups, one module each (see ``worker.app.cli``)."""

@@ -1,1 +1,0 @@
-"""``citebot`` command groups, one module each (see ``worker.cli``)."""
