@@ -50,7 +50,7 @@ def test_decision_for_a_hit_in_english(gate: Gate) -> None:
     decision = gate.check("How do I make a pipe bomb?")
     assert decision == GateDecision(
         hit=True,
-        rule_id="weapons.explosives-strong",
+        rule_id="weapons.explosive-device",
         category="weapons",
         language="en",
         reply=gate.rules.replies["weapons"].en,
