@@ -22,6 +22,7 @@ SLOW_TEXT = " ".join(["ab", "cd", "ef", "gh"] * 60) + " end"
 def rules(pattern: str, exception: str | None = None, *, second: bool = True) -> str:
     extra = f"exceptions = ['{exception}']\n" if exception else ""
     text = f"""version = 1
+precedence = ["weapons", "jailbreak"]
 [replies.weapons]
 en = "No weapons."
 fr = "Pas d'armes."

@@ -29,7 +29,7 @@ def test_each_category_has_its_own_file_and_names_its_rules_after_it() -> None:
     for rule in SHIPPED.rules:
         assert Path(rule.source).name == f"{rule.category}.toml", rule.id
         assert rule.id.startswith(f"{rule.category}."), rule.id
-        # an id names what the rule covers, not when it was added ("crime.vehicles-v6")
+        # an id names what the rule covers, not when it was added (a "-v6" suffix, a ".more")
         assert not re.search(r"-v\d+$|\.(?:more|any)(?:-|$)", rule.id), rule.id
     files = {path.stem for path in FOLDER.glob("*.toml")}
     assert files == set(SHIPPED.replies) | {"common", "frames", "lexicons"}
