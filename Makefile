@@ -49,7 +49,7 @@ test-fast: venv
 	$(BIN)/pytest -m "$(FAST_MARKS)" -p no:cacheprovider $(ARGS)
 
 # What the gate derives from its rules (gate/derived.json, gate.derived): run it after editing
-# gate/rules.toml or gate/lexicons.toml; tests/gate/test_derived.py fails until it is run.
+# a file of gate/rules/; tests/gate/test_derived.py fails until it is run.
 gate: venv
 	$(BIN)/python -m gate.build
 

@@ -8,7 +8,7 @@ Each figure a doc quotes from a benchmark or an eval run sits in a marked block:
 
 and the text between the markers is ``RENDERERS[NAME]()``, rendered from the JSON the bench or the eval
 saved (``eval/results/bench/*.json``, ``eval/results/<run>/results.json``) or from a shipped data file
-(``gate/rules.toml``, ``worker/retrieval/zone_thresholds.json``). Rerun the bench, then this command;
+(``gate/rules/``, ``worker/retrieval/zone_thresholds.json``). Rerun the bench, then this command;
 ``tests/eval/test_doc_figures.py`` fails while a doc disagrees with its JSON (as
 ``worker.settings_doc`` does for ``docs/configuration.md``). Prose around the blocks is hand-written.
 """
@@ -443,14 +443,17 @@ def render_zone_thresholds() -> str:
 
 
 def render_gate_rules() -> str:
-    data = tomllib.loads((ROOT / "gate" / "rules.toml").read_text(encoding="utf-8"))
-    rules = data["rules"]
+    # The rules folder: one file per category, frames.toml; lexicons.toml holds no rules.
+    files = [
+        tomllib.loads(p.read_text(encoding="utf-8")) for p in sorted((ROOT / "gate" / "rules").glob("*.toml"))
+    ]
+    rules = [rule for data in files for rule in data.get("rules", [])]
     counts = Counter(rule["category"] for rule in rules)
     strict = Counter(rule["category"] for rule in rules if rule.get("strict"))
     rows = [(f"`{category}`", counts[category], strict[category]) for category in sorted(counts)]
     table = _table(("category", "rules", "strict (no exceptions)"), rows)
-    frames = len(data.get("frames", []))
-    return f"`gate/rules.toml`: {len(rules)} rules in {len(counts)} categories, {frames} frames.\n\n{table}"
+    frames = sum(len(data.get("frames", [])) for data in files)
+    return f"`gate/rules/`: {len(rules)} rules in {len(counts)} categories, {frames} frames.\n\n{table}"
 
 
 RENDERERS: dict[str, Callable[[], str]] = {

@@ -1,17 +1,19 @@
-"""The gate itself: normalise a question, try the rules in order, return a decision.
+"""The gate itself: normalise a question, try the rules in decision order, return a decision.
 
 A rule is tried only when its trigger groups all have a word in the question, and its pattern is
 searched only in the sentences that hold a word of its first group (see :mod:`gate.rules`), and
-there only at the word starts where one of its matches can begin (``Rule.starts``). An
-exception is *scoped*: it excuses one match of the pattern only when it matches in that match's
-clause (the sentence, cut at clause breaks such as ";", "but", "btw", "for real", "en vrai"),
-within the rule's ``exception_window`` characters either side. The rule hits when one match is not
-excused; strict rules have no exceptions. The first rule that hits decides. When no rule hits, the
-lexical head (:mod:`gate.lexical_head`, when the gate has one) judges the words of each clause; its hit is
-reported as rule ``lexical.<category>``. A hit of a rule with a benign reading (not ``strict``) is
-dropped when the head scores the question under its ``veto`` (it reads like the look-alikes);
-``check(text, benign_reading=False)`` tries only the strict rules (then the head), for a caller
-whose own second opinion dropped such a hit (the embedding layer's ``rule_veto``, ``gate.intent``).
+there only at the word starts where one of its matches can begin (``Rule.starts``). An exception is
+*scoped*: it excuses one match of the pattern only when it matches in that match's clause (the
+sentence, cut at clause breaks such as ";", "but", "btw", "for real", "en vrai"), within the rule's
+``exception_window`` characters either side. The rule hits when one match is not excused; strict
+rules have no exceptions. The first rule that hits decides, in the rule set's order (strict rules
+first, then by category precedence, then by id: ``gate.rules.decision_order``). When no rule hits,
+the lexical head (:mod:`gate.lexical_head`, when the gate has one) judges the words of each clause;
+its hit is reported as rule ``lexical.<category>``. A hit of a rule with a benign reading (not
+``strict``) is dropped when the head scores the question under its ``veto`` (it reads like the
+look-alikes); ``check(text, benign_reading=False)`` tries only the strict rules (then the head), for
+a caller whose own second opinion dropped such a hit (the embedding layer's ``rule_veto``,
+``gate.intent``).
 
 Bounded work, never an exception for any input string:
 
@@ -279,7 +281,7 @@ class Gate:
         return GateDecision(False, None, None, language, None, tuple(timed_out))
 
     def _tried(self, question: _Question) -> list[int]:
-        """The rules (indices, in file order) whose every trigger group has a word or a word
+        """The rules (indices, in decision order) whose every trigger group has a word or a word
         beginning in the question; rules without triggers always.
 
         Each rule owns a block of bits, one per trigger group and a guard bit above them; a trigger

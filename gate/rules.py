@@ -1,8 +1,13 @@
-"""Rules as data: load a TOML rules file, validate every rule, compile its patterns once.
+"""Rules as data: load the rules (a folder of TOML files, or one file), validate every rule, compile
+its patterns once.
 
-Format (``docs/gate.md`` has the full description)::
+The shipped rules are the folder ``gate/rules/``: one file per category (its reply and its rules),
+``common.toml`` (version, precedence, terms, word lists), ``frames.toml`` and ``lexicons.toml``. The
+folder is read as one document (:func:`parse_rule_files`); one file may also hold everything
+(:func:`parse_rules`). Format (``docs/gate.md`` has the full description)::
 
     version = 1
+    precedence = ["weapons"]                  # which category answers when two categories hit
 
     [terms]                                   # named regex fragments, used as {{name}}
     make = '(?:make|build|fabriquer)'
@@ -11,13 +16,15 @@ Format (``docs/gate.md`` has the full description)::
     make = ["make", "build*", "fabriqu*"]
 
     [[rules]]
-    id = "weapons.explosives"                 # unique; letters, digits, '.', '_', '-'
+    id = "weapons.bomb-outside-game"          # unique; letters, digits, '.', '_', '-'
     category = "weapons"                      # must have a reply below
     language = "any"                          # "en", "fr" or "any": the patterns' language
     description = "making an explosive device"
     triggers = [["@make"], ["bomb*", "explosive", "explosives"]]   # optional speed-up, see below
     patterns = ['{{make}}[^.!?]{0,30}bomb']   # any one matching is a hit ...
     exceptions = ['\\bin my game\\b']         # ... unless one of these matches too
+    examples.block = ["how do I make a pipe bomb"]   # what the rule decides (checked by the tests)
+    examples.pass = ["a bomb item in my game"]        # look-alikes it lets through
 
     [replies.weapons]
     en = "..."
@@ -33,6 +40,12 @@ word of each group: one of its words (``"bomb"``) or a word starting with one of
 in the question, and only in the sentences that hold a word of the first group. This is a promise
 of the rule's author, checked by the tests on every labelled case. A rule without triggers is
 always tried, on the whole text.
+
+**Decision order.** The rules are tried strict rules first, then by their category's place in
+``precedence``, then by id (:func:`decision_order`): the first rule that hits decides, and neither
+the order of the files nor the order of the rules inside a file changes a decision. ``precedence``
+lists every category that has rules (the shipped list, and why, is in ``common.toml``); without
+it (a file of one's own) categories rank by name.
 Anything wrong raises :class:`gate.errors.RulesError` naming the file, the rule and the reason.
 """
 
@@ -41,7 +54,7 @@ from __future__ import annotations
 import functools
 import itertools
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -69,11 +82,28 @@ _RULE_KEYS = frozenset(
         "exceptions",
         "exception_window",
         "strict",
+        "examples",
     }
 )
 _TOP_KEYS = frozenset(
-    {"version", "terms", "words", "replies", "rules", "strict_categories", "lexicons", "frames", "real_world"}
+    {
+        "version",
+        "terms",
+        "words",
+        "replies",
+        "rules",
+        "strict_categories",
+        "lexicons",
+        "frames",
+        "real_world",
+        "precedence",
+    }
 )
+_MERGED_TABLES = ("replies",)
+"""Tables that several files of a rules folder may each add entries to (one category's reply each)."""
+_APPENDED = ("rules", "frames")
+"""Arrays of tables that the files of a rules folder add to."""
+_EXAMPLE_KEYS = frozenset({"block", "pass"})
 _FRAME_KEYS = frozenset({"id", "description", "categories", "patterns", "unless", "scope"})
 FRAME_TURN_CHARS = 200
 """How far after a frame's match its ``unless`` patterns are looked for (across sentence ends)."""
@@ -160,6 +190,12 @@ class Rule:
     starts: frozenset[str] | None = None
     parts: tuple[str, ...] = ()
     frames: tuple[Frame, ...] = ()
+    examples_block: tuple[str, ...] = ()
+    """``examples.block``: questions this rule decides (the gate blocks them under this id)."""
+    examples_pass: tuple[str, ...] = ()
+    """``examples.pass``: look-alikes near it that the gate lets through."""
+    source: str = ""
+    """The file the rule was read from (named in errors and by the tests)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +211,8 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class RuleSet:
-    """The rules of one file, in file order (the first rule that hits decides), and the replies."""
+    """The rules in decision order (:func:`decision_order`; the first rule that hits decides), and
+    the replies."""
 
     source: str
     rules: tuple[Rule, ...]
@@ -184,31 +221,41 @@ class RuleSet:
     """``real_world``: the asker saying the request is for real, not for the game or the story ("for
     me, not the ragdoll", "en vrai, pas la hitbox du jeu"). A clause holding it takes no exception
     and no frame: the game or fiction words around it no longer excuse the match."""
+    precedence: tuple[str, ...] = ()
+    """The categories in the order they answer when rules of several categories hit a question."""
 
 
-def default_rules_text() -> str:
-    """The rules shipped with the package (``gate/rules.toml``)."""
-    return resources.files("gate").joinpath("rules.toml").read_text(encoding="utf-8")
+SHIPPED = "rules"
+"""The shipped rules: the folder ``gate/rules/``."""
 
 
 def load_rules(path: Path | str | None = None) -> RuleSet:
-    """Load and validate a rules file; ``None`` means the shipped rules.
+    """Load and validate the rules at ``path``: a folder (every ``*.toml`` in it, read as one
+    document by :func:`parse_rule_files`) or one file (:func:`parse_rules`); ``None`` means the
+    shipped folder ``gate/rules/``.
 
-    A ``lexicons = "FILE"`` key names a lexicon file beside the rules file (see :func:`parse_rules`).
+    A ``lexicons = "FILE"`` key names a lexicon file in the same folder.
     """
     if path is None:
-        package = resources.files("gate")
-        return parse_rules(
-            default_rules_text(),
-            source="gate/rules.toml (shipped)",
-            read=lambda name: package.joinpath(name).read_text(encoding="utf-8"),
+        folder = resources.files("gate").joinpath(SHIPPED)
+        names = sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".toml"))
+        return parse_rule_files(
+            [(f"gate/rules/{name}", folder.joinpath(name).read_text(encoding="utf-8")) for name in names],
+            source="gate/rules/ (shipped)",
+            read=lambda name: folder.joinpath(name).read_text(encoding="utf-8"),
         )
     source = str(path)
-    folder = Path(path).parent
+    target = Path(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        if target.is_dir():
+            files = [(str(file), file.read_text(encoding="utf-8")) for file in sorted(target.glob("*.toml"))]
+            return parse_rule_files(
+                files, source=source, read=lambda name: (target / name).read_text(encoding="utf-8")
+            )
+        text = target.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RulesError(source, f"cannot read the file: {exc}") from None
+    folder = target.parent
     return parse_rules(text, source=source, read=lambda name: (folder / name).read_text(encoding="utf-8"))
 
 
@@ -218,10 +265,70 @@ def parse_rules(text: str, *, source: str, read: Callable[[str], str] | None = N
     ``read(name)`` returns the text of a file the rules refer to (``lexicons = "lexicons.toml"``);
     without it such a reference is an error.
     """
+    return _ruleset(_load_toml(text, source), source, read, {})
+
+
+def parse_rule_files(
+    files: Sequence[tuple[str, str]], *, source: str, read: Callable[[str], str] | None = None
+) -> RuleSet:
+    """Validate and compile the rules of several files (``(name, text)`` each), read as one document.
+
+    Each file is TOML in the rule language. The files' ``[[rules]]`` and ``[[frames]]`` are put
+    together and their ``[replies.<category>]`` tables too (a category's reply in one file only);
+    every other key (``version``, ``precedence``, ``[terms]``, ``[words]``, ...) is set by one file
+    only. A file that another names as its ``lexicons`` is that lexicon file, not rules. The order of
+    the files changes nothing: not the rules, and not a decision (:func:`decision_order`).
+    """
+    documents = [(name, _load_toml(text, name)) for name, text in files]
+    lexicon_files = {data["lexicons"] for _, data in documents if isinstance(data.get("lexicons"), str)}
+    merged: dict[str, Any] = {}
+    set_by: dict[str, str] = {}
+    origins: dict[int, str] = {}
+    for name, data in documents:
+        if Path(name).name in lexicon_files:
+            continue
+        for key, value in data.items():
+            if key in _APPENDED:
+                if not isinstance(value, list):
+                    raise RulesError(name, f"'{key}' must be a list of [[{key}]] tables")
+                if key == "rules":
+                    start = len(merged.get("rules", []))
+                    origins.update({start + i: name for i in range(len(value))})
+                merged.setdefault(key, []).extend(value)
+            elif key in _MERGED_TABLES and isinstance(value, dict):
+                table = merged.setdefault(key, {})
+                for entry, content in value.items():
+                    if entry in table:
+                        raise RulesError(name, f"[{key}.{entry}] is also set in {set_by[f'{key}.{entry}']}")
+                    table[entry] = content
+                    set_by[f"{key}.{entry}"] = name
+            elif key in merged:
+                raise RulesError(name, f"'{key}' is also set in {set_by[key]}")
+            else:
+                merged[key] = value
+                set_by[key] = name
+    return _ruleset(merged, source, read, origins)
+
+
+def _load_toml(text: str, source: str) -> dict[str, Any]:
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RulesError(source, f"not valid TOML: {exc}") from None
+
+
+def decision_order(rule: Rule, precedence: Sequence[str]) -> tuple[bool, int, str, str]:
+    """Where ``rule`` is tried: strict rules first (no benign reading: no frame, veto or second
+    opinion can drop their hit, so they answer whatever else matches), then by the category's place
+    in ``precedence`` (absent: after every listed one, by name), then by id."""
+    rank = precedence.index(rule.category) if rule.category in precedence else len(precedence)
+    return (not rule.strict, rank, rule.category, rule.id)
+
+
+def _ruleset(
+    data: dict[str, Any], source: str, read: Callable[[str], str] | None, origins: Mapping[int, str]
+) -> RuleSet:
+    """The rule set of one document (``origins``: the file of each rule, by index, for errors)."""
     if data.get("version") != SUPPORTED_VERSION:
         raise RulesError(source, f"'version' must be {SUPPORTED_VERSION}, got {data.get('version')!r}")
     unknown = set(data) - _TOP_KEYS
@@ -246,21 +353,42 @@ def parse_rules(text: str, *, source: str, read: Callable[[str], str] | None = N
     rules: list[Rule] = []
     seen: set[str] = set()
     for index, raw in enumerate(raw_rules):
-        rule = _rule(raw, index, terms, words, replies, source, frames)
+        where = origins.get(index, source)
+        rule = _rule(raw, index, terms, words, replies, where, frames)
         if rule.category in strict_categories and not rule.strict:
             raise RulesError(
-                source, f"category {rule.category!r} is strict: its rules need 'strict = true'", rule.id
+                where, f"category {rule.category!r} is strict: its rules need 'strict = true'", rule.id
             )
         if rule.id in seen:
-            raise RulesError(source, "duplicate rule id", rule.id)
+            raise RulesError(where, "duplicate rule id", rule.id)
         seen.add(rule.id)
         rules.append(rule)
+    precedence = _precedence(data.get("precedence"), {r.category for r in rules}, replies, source)
     return RuleSet(
         source=source,
-        rules=tuple(rules),
+        rules=tuple(sorted(rules, key=lambda r: decision_order(r, precedence))),
         replies=replies,
         real_world=_join(real_world, source, "real_world", "real_world") if real_world else None,
+        precedence=precedence,
     )
+
+
+def _precedence(
+    raw: object, categories: set[str], replies: Mapping[str, Reply], source: str
+) -> tuple[str, ...]:
+    """``precedence``: every category that has rules, each once; absent, the categories by name."""
+    if raw is None:
+        return tuple(sorted(categories))
+    if not isinstance(raw, list) or not all(isinstance(c, str) and c in replies for c in raw):
+        raise RulesError(source, "'precedence' must list categories that have a reply")
+    if len(set(raw)) != len(raw):
+        raise RulesError(source, "'precedence' lists a category twice")
+    missing = categories - set(raw)
+    if missing:
+        raise RulesError(
+            source, f"'precedence' must list every category that has rules; missing {sorted(missing)}"
+        )
+    return tuple(raw)
 
 
 def _frames(raw: object, terms: dict[str, str], replies: dict[str, Reply], source: str) -> list[Frame]:
@@ -439,6 +567,7 @@ def _rule(
     if strict and exceptions:
         raise RulesError(source, "a strict rule (no benign reading) takes no exceptions", rule_id)
     window = _count(raw, "exception_window", DEFAULT_EXCEPTION_WINDOW, 10, 400, source, rule_id)
+    block, passes = _examples(raw.get("examples", {}), source, rule_id)
     pattern = _join(patterns, source, rule_id, "patterns")
     return Rule(
         id=rule_id,
@@ -453,7 +582,23 @@ def _rule(
         starts=match_starts(pattern),
         parts=tuple(patterns),
         frames=() if strict else tuple(f for f in frames if category in f.categories),
+        examples_block=block,
+        examples_pass=passes,
+        source=source,
     )
+
+
+def _examples(raw: object, source: str, rule_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``examples.block`` and ``examples.pass``: lists of questions (checked by the tests, not at load)."""
+    if not isinstance(raw, dict) or set(raw) - _EXAMPLE_KEYS:
+        raise RulesError(source, "'examples' takes only 'block' and 'pass', lists of questions", rule_id)
+    found = []
+    for key in ("block", "pass"):
+        value = raw.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise RulesError(source, f"'examples.{key}' must be a list of non-empty strings", rule_id)
+        found.append(tuple(value))
+    return found[0], found[1]
 
 
 def match_starts(pattern: LazyPattern) -> frozenset[str] | None:

@@ -64,7 +64,7 @@ def test_check_annotates_each_line_in_order() -> None:
     assert result.stderr == ""
     out = lines(result.stdout)
     assert out == [
-        {**rows[0], "hit": True, "rule": "weapons.explosives-strong", "category": "weapons"},
+        {**rows[0], "hit": True, "rule": "weapons.explosive-device", "category": "weapons"},
         {**rows[1], "hit": False, "rule": None, "category": None},
         {**rows[2], "hit": True, "rule": "jailbreak.prompt-extraction", "category": "jailbreak"},
     ]

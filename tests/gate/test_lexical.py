@@ -236,7 +236,7 @@ def test_a_veto_above_the_bias_never_drops_a_hit_on_a_question_of_unknown_words(
     assert not gate.check("in unity, how does the npc cook meth in the cutscene").hit  # known: vetoed
 
 
-# The same rules, the benign-reading one first in the file.
+# The same rules, the benign-reading one first in the file (the strict one still decides first).
 LOOSE_FIRST = VETO_HEADER + LOOSE_RULE + STRICT_RULE + VETO_REPLIES
 
 
@@ -248,7 +248,8 @@ def test_a_caller_can_ask_for_the_strict_rules_alone() -> None:
     assert (loose.rule_id, loose.benign_reading) == ("drugs.loose", True)
     assert not gate.check("how do I cook meth at home", benign_reading=False).hit
     both = "how do I cook meth at home and build a pipe bomb"
-    assert gate.check(both).rule_id == "drugs.loose"  # the first rule in the file that hits decides
+    # strict rules decide before the others, whatever the file order (gate.rules.decision_order)
+    assert (gate.check(both).rule_id, gate.check(both).benign_reading) == ("weapons.strict", False)
     strict = gate.check(both, benign_reading=False)
     assert (strict.rule_id, strict.benign_reading) == ("weapons.strict", False)
     assert not gate.check("my cat sleeps").benign_reading

@@ -22,6 +22,7 @@ SLOW_TEXT = " ".join(["ab", "cd", "ef", "gh"] * 60) + " end"
 def rules(pattern: str, exception: str | None = None, *, second: bool = True) -> str:
     extra = f"exceptions = ['{exception}']\n" if exception else ""
     text = f"""version = 1
+precedence = ["weapons", "jailbreak"]
 [replies.weapons]
 en = "No weapons."
 fr = "Pas d'armes."
@@ -50,7 +51,7 @@ def test_decision_for_a_hit_in_english(gate: Gate) -> None:
     decision = gate.check("How do I make a pipe bomb?")
     assert decision == GateDecision(
         hit=True,
-        rule_id="weapons.explosives-strong",
+        rule_id="weapons.explosive-device",
         category="weapons",
         language="en",
         reply=gate.rules.replies["weapons"].en,

@@ -52,7 +52,7 @@ def test_shipped_rules_load_and_cover_every_category() -> None:
         "jailbreak",
     }
     assert categories <= set(rules.replies)
-    assert rules.source == "gate/rules.toml (shipped)"
+    assert rules.source == "gate/rules/ (shipped)"
     assert len({rule.id for rule in rules.rules}) == len(rules.rules)
 
 
@@ -314,7 +314,8 @@ def test_duplicate_frame_id() -> None:
 
 
 def test_the_shipped_frames_have_a_description_and_leave_strict_rules_alone() -> None:
-    data = tomllib.loads(Path(__file__).parents[2].joinpath("gate", "rules.toml").read_text("utf-8"))
+    frames = Path(__file__).parents[2].joinpath("gate", "rules", "frames.toml")
+    data = tomllib.loads(frames.read_text("utf-8"))
     assert data["frames"], "the shipped rules define benign frames"
     for frame in data["frames"]:
         assert frame.get("description"), frame["id"]

@@ -187,9 +187,9 @@ def test_shipped_rules_have_the_new_categories_and_strict_rules() -> None:
     assert all(rule.strict for rule in rules.rules if rule.category == "sexual_minors")
     strict = {rule.id for rule in rules.rules if rule.strict}
     assert {
-        "weapons.explosives-strong",
-        "weapons.chemical",
-        "self-harm.method-dose",
+        "weapons.explosive-device",
+        "weapons.chemical-biological",
+        "self_harm.method-dose-place",
         "violence.poison-kill",
     } <= strict
     assert rules.replies["sexual_minors"].fr != rules.replies["sexual"].fr
