@@ -231,7 +231,11 @@ class LlmSettings(BaseModel):
 class GateSettings(BaseModel):
     """The deterministic intent gate."""
 
-    rules_path: Path | None = Field(None, description="TOML rules file; unset means the shipped rules.")
+    rules_path: Path | None = Field(
+        None,
+        description="The rules: a folder of TOML files (as `gate/rules/`) or one TOML file; unset means the "
+        "shipped rules.",
+    )
     timeout_ms: int = Field(50, ge=1, le=5000, description="Regex timeout per match.")
     max_chars: int = Field(4000, ge=100, description="Questions are truncated to this length for matching.")
     lexical: bool = Field(True, description="The lexical head after the rules (`gate/lexical.json`).")
