@@ -93,6 +93,28 @@ def provisional(model_set: str) -> StageModel:
     return StageModel(model_set, FEATURES, weights, (0.0,) * d, (1.0,) * d)
 
 
+# One candidate of a question: its post and topic ids, whether it is an accepted answer (1.0) and in
+# the question's topic (1.0), and its features in ``FEATURES`` order (NaN: no value).
+CandidateRow = tuple[int, int, float, float, list[float]]
+
+
+def candidate_rows(
+    gold_posts: Sequence[int], gold_topics: Sequence[int], result: RetrievalResult
+) -> list[CandidateRow]:
+    """The candidates the second stage saw for one question (``result``), labelled by its gold."""
+    gold, topics = set(gold_posts), set(gold_topics)
+    return [
+        (
+            cand.post_id,
+            cand.topic_id,
+            1.0 if cand.post_id in gold else 0.0,
+            1.0 if cand.topic_id in topics else 0.0,
+            [float(row[f]) for f in FEATURES],
+        )
+        for cand, row in zip(result.candidates, result.stage_features, strict=False)
+    ]
+
+
 @dataclass(slots=True)
 class FeatureRows:
     """The rows of a ``Collected`` as questions go through the second stage: ``add`` each question's
@@ -117,16 +139,19 @@ class FeatureRows:
         result: RetrievalResult,
     ) -> None:
         """One question's candidates: label 1 for an accepted answer, ``gold_topic`` 1 for its topic."""
-        gold, topics = set(gold_posts), set(gold_topics)
+        self.extend(question_id, answerable, candidate_rows(gold_posts, gold_topics, result))
+
+    def extend(self, question_id: str, answerable: bool, rows: Sequence[CandidateRow]) -> None:
+        """One question's candidates as ``candidate_rows`` made them (or as saved, ``work.py``)."""
         self.ids.append(question_id)
         self.answerable.append(answerable)
-        for cand, row in zip(result.candidates, result.stage_features, strict=False):
-            self.xs.append([row[f] for f in FEATURES])
-            self.ys.append(1.0 if cand.post_id in gold else 0.0)
+        for post, topic, label, gold_topic, x in rows:
+            self.xs.append(list(x))
+            self.ys.append(label)
             self.qs.append(len(self.ids) - 1)
-            self.gt.append(1.0 if cand.topic_id in topics else 0.0)
-            self.topics.append(cand.topic_id)
-            self.posts.append(cand.post_id)
+            self.gt.append(gold_topic)
+            self.topics.append(topic)
+            self.posts.append(post)
 
     def collected(self, meta: dict[str, Any] | None = None) -> Collected:
         return Collected(

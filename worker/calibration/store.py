@@ -33,6 +33,7 @@ ACTIVATED = "activated"  # fitted and in use
 FORCED = "forced"  # in use although the active one did better on the test half (--force)
 KEPT_ACTIVE = "kept_active"  # fitted, not used: what is in use did better on the test half
 TOO_LITTLE_DATA = "too_little_data"  # not fitted: fewer solved topics than the minimum
+INTERRUPTED = "interrupted"  # stopped while the questions were asked; the same command continues it
 
 _COLUMNS = (
     "id, model_set, fitted_at, active, decision, model, abstain_below, weak_below, source, questions, figures"
@@ -114,12 +115,14 @@ def latest_check(conn: psycopg.Connection, model_set: str) -> Mapping[str, Any] 
     return r[0] if r and isinstance(r[0], dict) else None
 
 
-def history(conn: psycopg.Connection, model_set: str | None = None, limit: int = 10) -> list[Calibration]:
-    """The latest runs, newest first (of ``model_set``, or all)."""
+def history(
+    conn: psycopg.Connection, model_set: str | None = None, limit: int = 10, *, finished: bool = False
+) -> list[Calibration]:
+    """The latest runs, newest first (of ``model_set``, or all; ``finished``: not the interrupted)."""
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM stage_calibrations WHERE %(m)s::text IS NULL OR model_set = %(m)s "  # noqa: S608
-        "ORDER BY id DESC LIMIT %(n)s",
-        {"m": model_set, "n": limit},
+        f"SELECT {_COLUMNS} FROM stage_calibrations WHERE (%(m)s::text IS NULL OR model_set = %(m)s) "  # noqa: S608
+        "AND NOT (%(f)s AND decision = %(i)s) ORDER BY id DESC LIMIT %(n)s",
+        {"m": model_set, "n": limit, "f": finished, "i": INTERRUPTED},
     ).fetchall()
     return [_row(r) for r in rows]
 

@@ -62,6 +62,21 @@ def register(group: argparse.ArgumentParser) -> None:
         "--out", type=Path, metavar="FILE", help="also write the whole result (JSON, per question)"
     )
     group.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    group.add_argument(
+        "--restart",
+        action="store_true",
+        help="ask every question again (by default a stopped run's saved questions are reused)",
+    )
+    group.add_argument(
+        "--progress", choices=("auto", "bar", "log"), default="auto", help="progress bar or log lines"
+    )
+    group.add_argument(
+        "--progress-every",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="without a bar: one progress line every S seconds (default 30)",
+    )
     group.set_defaults(handler=_calibrate)
 
 
