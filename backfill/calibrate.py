@@ -35,7 +35,7 @@ from backfill.sources import PostSource, SourcePost
 from worker.calibration.questions import CalibrationQuestion, shipped_out_of_domain, solved_questions
 from worker.calibration.run import NOT_DUE, CollectInterrupted, Outcome, calibrate, record_interrupted
 from worker.errors import CitebotError, ConfigError
-from worker.protocols import Embedder
+from worker.protocols import Embedder, Reranker
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -100,9 +100,15 @@ def open_source(settings: Settings, args: argparse.Namespace) -> PostSource:
     return build_source(args.source, settings, path=args.path)
 
 
-def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | None = None) -> int:
-    """Read, build, calibrate, print (and with ``args.out`` write) the outcome; ``embedder`` instead of
-    the configured one (tests)."""
+def run(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    embedder: Embedder | None = None,
+    reranker: Reranker | None = None,
+) -> int:
+    """Read, build, calibrate, print (and with ``args.out`` write) the outcome; ``embedder`` and
+    ``reranker`` instead of the configured ones (tests)."""
     from worker.db.connect import connect
     from worker.retrieval.factory import build_retriever
     from worker.retrieval.recall import single_connection
@@ -148,7 +154,11 @@ def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | No
         out_of_domain = shipped_out_of_domain(bot)
         with (
             build_retriever(
-                settings, connections=single_connection(conn), keyword=None, embedder=embedder
+                settings,
+                connections=single_connection(conn),
+                keyword=None,
+                embedder=embedder,
+                reranker=reranker,
             ) as retriever,
             _progress(
                 args,

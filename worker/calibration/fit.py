@@ -28,6 +28,7 @@ from worker.retrieval.stage import (
     FEATURES,
     QUESTION_FEATURES,
     TOPIC_FEATURES,
+    WITHOUT_CE,
     Linear,
     StageModel,
     ordering,
@@ -206,10 +207,14 @@ class Collected:
     @classmethod
     def load(cls, path: Path) -> Collected:
         with np.load(path) as data:
-            if tuple(str(f) for f in data["features"]) != FEATURES:
+            features = tuple(str(f) for f in data["features"])
+            if features != FEATURES[: len(features)]:
                 raise ValueError(f"{path}: collected for other features; collect again")
+            x = data["x"]
+            if len(features) < len(FEATURES):  # collected before the later features: they have no value
+                x = np.hstack([x, np.full((len(x), len(FEATURES) - len(features)), np.nan)])
             return cls(
-                data["x"],
+                x,
                 data["y"],
                 data["question"],
                 data["gold_topic"],
@@ -555,7 +560,7 @@ def fit_model(
     model_set: str,
     *,
     l2: float = L2,
-    features: Sequence[str] = FEATURES,
+    features: Sequence[str] = WITHOUT_CE,
     topic_features: Sequence[str] | None = TOPIC_FEATURES,
     within: float = 1.0,
     question_features: Sequence[str] | None = QUESTION_FEATURES,

@@ -163,6 +163,7 @@ def collect(
     model_set: str,
     *,
     excerpt: bool,
+    cross_encoder: bool = False,
     work: SavedWork | None = None,
     on_question: OnQuestion | None = None,
 ) -> tuple[Collected, list[str], dict[str, int]]:
@@ -172,7 +173,7 @@ def collect(
     conditions is not asked again, and each question asked is saved at once; a failed one is not
     (the next run asks it again). Ctrl-C raises ``CollectInterrupted``."""
     retriever.use_stage_model(provisional(model_set))
-    route = Route(ranker="stage", excerpt=excerpt)
+    route = Route(ranker="stage", excerpt=excerpt, cross_encoder=cross_encoder)
     saved = work.load() if work is not None else {}
     rows = FeatureRows()
     failed: list[str] = []
@@ -233,14 +234,16 @@ class Outcome:
         return self.decision == store.KEPT_ACTIVE and bool(check.get("dropped"))
 
 
-def model_set_of(retriever: Retriever) -> tuple[str, bool]:
-    """The model set the worker's second stage uses with this retriever, and whether it includes the
-    second bi-encoder's excerpt cosine."""
+def model_set_of(retriever: Retriever) -> tuple[str, bool, bool]:
+    """The model set the worker's second stage uses with this retriever, whether it includes the
+    second bi-encoder's excerpt cosine, and whether the cross-encoder's logit (a TEI cross-encoder is
+    configured: its id ends the model set's, ``+ce:<id>``)."""
     excerpt = retriever.excerpts is not None and retriever.excerpt_embedder is not None
     if retriever.embedder is None:
         raise ConfigError("calibrate needs the embedder (CITEBOT_EMBEDDINGS__*)")
     second = retriever.excerpt_embedder.model if excerpt and retriever.excerpt_embedder is not None else None
-    return model_set_id(retriever.embedder.model, second), excerpt
+    ce = retriever.cross_encoder_id()
+    return model_set_id(retriever.embedder.model, second, ce), excerpt, ce is not None
 
 
 def shipped(model_set: str) -> tuple[StageModel, float] | None:
@@ -302,7 +305,7 @@ def calibrate(
     if min_topics < FLOOR_SOLVED_TOPICS:
         raise ConfigError(f"--min-topics must be at least {FLOOR_SOLVED_TOPICS}")
     started = clock()
-    model_set, excerpt = model_set_of(retriever)
+    model_set, excerpt, ce = model_set_of(retriever)
     counts: dict[str, Any] = {
         "solved_topics": solved_topics,
         "min_topics": min_topics,
@@ -354,7 +357,13 @@ def calibrate(
         log.info("calibrate %s: %d questions saved by an interrupted run are reused", model_set, kept)
     try:
         data, failed, asked = collect(
-            retriever, questions, model_set, excerpt=excerpt, work=work, on_question=on_question
+            retriever,
+            questions,
+            model_set,
+            excerpt=excerpt,
+            cross_encoder=ce,
+            work=work,
+            on_question=on_question,
         )
     except CollectInterrupted as stopped:
         stopped.questions = {**counts, "progress": stopped.as_dict()}
@@ -365,7 +374,7 @@ def calibrate(
     half = {q.id: q.half for q in questions}
     in_fit = np.asarray([half[q] == "fit" for q in data.questions])
     fit_half, test_half = subset(data, in_fit), subset(data, ~in_fit)
-    features = FEATURES if excerpt else tuple(f for f in FEATURES if f != "excerpt_cosine")
+    features = tuple(f for f in FEATURES if (excerpt or f != "excerpt_cosine") and (ce or f != "ce_logit"))
     fit_half = replace(fit_half, meta={"data": f"{solved_topics} solved topics ({source}), fit half"})
     fitted = fit_model(fit_half, model_set, features=features)
 

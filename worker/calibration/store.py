@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from worker.metrics import CALIBRATION_MERIT
 from worker.retrieval.aggregate import Thresholds
 from worker.retrieval.recall import ConnectionSource
-from worker.retrieval.stage import StageModel, model_from_dict
+from worker.retrieval.stage import CE_PREFIX, StageModel, model_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,16 @@ def history(
         {"m": model_set, "n": limit, "f": finished, "i": INTERRUPTED},
     ).fetchall()
     return [_row(r) for r in rows]
+
+
+def cross_encoder_sets(conn: psycopg.Connection, model_sets: Sequence[str]) -> list[str]:
+    """The recorded model sets that are one of ``model_sets`` with a cross-encoder (``…+ce:<id>``)."""
+    rows = conn.execute(
+        "SELECT DISTINCT model_set FROM stage_calibrations WHERE strpos(model_set, %s) > 0 ORDER BY 1",
+        (CE_PREFIX,),
+    ).fetchall()
+    found = [str(r[0]) for r in rows]
+    return [m for m in found if any(m.startswith(base + CE_PREFIX) for base in model_sets)]
 
 
 def record(

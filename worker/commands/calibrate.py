@@ -115,6 +115,7 @@ def report(settings: Any, *, as_json: bool = False) -> int:
         sets.append(model_set_id(settings.embeddings.model, second))
     conn = connect(settings.database, autocommit=True)
     try:
+        sets += store.cross_encoder_sets(conn, sets)  # fitted with a cross-encoder's logit
         rows = {m: (store.active(conn, m), store.history(conn, m, limit=5)) for m in sets}
     finally:
         conn.close()
