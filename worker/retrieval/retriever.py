@@ -350,8 +350,10 @@ class Retriever:
 
     def _has_cross_encoder_weights(self) -> bool:
         """Whether ``citebot calibrate`` fitted weights with the configured cross-encoder's logit."""
+        if self.calibrations is None or self._stage_model is not None:
+            return False  # only calibrate fits them: without its store there are none
         ce = self.cross_encoder_id()
-        if ce is None or self._stage_model is not None:
+        if ce is None:
             return False
         for excerpt in {False, self.excerpt_embedder is not None}:
             found = self._calibrated(self._model_set(excerpt, ce))

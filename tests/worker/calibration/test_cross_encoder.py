@@ -28,15 +28,18 @@ BASE = "test-model+lexical-en"
 
 
 class TeiDouble:
-    """TEI serving ``model_id``; every ``/rerank`` body kept."""
+    """TEI serving ``model_id``; every ``/rerank`` body kept; ``down``: ``/rerank`` answers 503."""
 
-    def __init__(self, model_id: str = CE) -> None:
+    def __init__(self, model_id: str = CE, *, down: bool = False) -> None:
         self.model_id = model_id
+        self.down = down
         self.rerank_bodies: list[dict[str, Any]] = []
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/info":
             return httpx.Response(200, json=tei_info_body(self.model_id))
+        if self.down:
+            return httpx.Response(503, json={"error": "overloaded", "error_type": "overloaded"})
         body = json.loads(request.content)
         self.rerank_bodies.append(body)
         return httpx.Response(200, json=tei_rerank_body(body))
@@ -95,6 +98,21 @@ def test_with_tei_the_cross_encoders_logit_is_fitted_and_the_worker_uses_it_with
             # one pass over the stage's candidates (in TEI batches of max_client_batch_size, 32)
             assert sum(len(b["texts"]) for b in same.rerank_bodies) == stage.counts["ce"]
             assert all(len(b["texts"]) <= 32 for b in same.rerank_bodies)
+        # the same cross-encoder failing: the feature has no value (its mean), the answer goes out
+        with build_retriever(
+            settings,
+            connections=single_connection(conn),
+            keyword=None,
+            embedder=FakeEmbedder(model="test-model"),
+            reranker=TeiDouble(down=True).reranker(),
+        ) as retriever:
+            result = retriever.retrieve("How do I enable shadows on a directional light?")
+            stage = result.trace.get("stage")
+            assert stage is not None
+            assert stage.info["model_set"] == f"{BASE}+ce:{CE}"
+            assert stage.counts["ce"] == 0
+            assert any(f["stage"] == "stage_ce" for f in result.trace.fallbacks)
+            assert result.sources
         # another cross-encoder: these weights are not its own
         other = TeiDouble("cross-encoder/ms-marco-MiniLM-L-6-v2")
         with build_retriever(
