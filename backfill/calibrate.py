@@ -7,7 +7,13 @@ or the API within the site-wide API budget at the backfill's priority, ``bulk``:
 refresh go first); only each topic's opening
 post and its accepted answers are kept. A question is kept when one of its accepted answers is in the
 index (citable, as the backfill decided): the others cannot be found whatever the weights.
-Not resumable: a stopped run starts again (reading an export takes seconds, the questions minutes).
+
+Progress is shown as the backfill shows it (``backfill.progress.Progress``: a bar on a terminal, a log
+line every ``--progress-every`` seconds otherwise), for the read (posts) and for the questions. The
+questions' work is saved as it goes (``worker.calibration.work``): Ctrl-C or SIGTERM while they are
+asked prints one summary, records the run as ``interrupted`` and exits 130, and the same command
+continues without asking the saved questions again. The read is not saved: a stopped run reads the
+forum again (through the API, the walk of the forum is then paid again).
 """
 
 from __future__ import annotations
@@ -15,37 +21,55 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import httpx
+import psycopg
 
 from backfill.compose import build_source
+from backfill.progress import Progress
 from backfill.sources import PostSource, SourcePost
 from worker.calibration.questions import CalibrationQuestion, shipped_out_of_domain, solved_questions
-from worker.calibration.run import NOT_DUE, Outcome, calibrate
+from worker.calibration.run import NOT_DUE, CollectInterrupted, Outcome, calibrate, record_interrupted
 from worker.calibration.store import figures_table
-from worker.errors import ConfigError
-from worker.protocols import Embedder
+from worker.errors import CitebotError, ConfigError
+from worker.protocols import Embedder, Reranker
 from worker.retrieval.eligibility import ELIGIBLE
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def read_posts(source: PostSource, *, every: int = 5000) -> Iterator[SourcePost]:
-    """Every post the source walks (in its order), progress logged every ``every`` posts."""
+def read_posts(source: PostSource, progress: Progress | None = None) -> Iterator[SourcePost]:
+    """Every post the source walks (in its order), ``progress`` advanced per batch."""
     n = 0
     started = time.perf_counter()
     for batch in source.read(None, batch_size=1000):
         for post in batch.posts:
             n += 1
-            if n % every == 0:
-                log.info("calibrate: %d posts read (%.0f s)", n, time.perf_counter() - started)
             yield post
+        if progress is not None:
+            progress.advance(len(batch.posts))
     log.info("calibrate: %d posts read (%.0f s)", n, time.perf_counter() - started)
+
+
+def _progress(args: argparse.Namespace, total: int | None, label: str, unit: str, **kw: Any) -> Progress:
+    every = getattr(args, "progress_every", None)
+    every = 30.0 if every is None else max(0.0, float(every))
+    mode = getattr(args, "progress", "auto") or "auto"
+    return Progress(
+        total,
+        interactive={"auto": None, "bar": True, "log": False}[mode],
+        every_s=every,
+        first_s=min(3.0, every),
+        label=label,
+        unit=unit,
+        **kw,
+    )
 
 
 def indexed(conn: Any, questions: list[CalibrationQuestion]) -> list[CalibrationQuestion]:
@@ -83,9 +107,15 @@ def open_source(settings: Settings, args: argparse.Namespace) -> PostSource:
     return build_source(args.source, settings, path=args.path)
 
 
-def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | None = None) -> int:
-    """Read, build, calibrate, print (and with ``args.out`` write) the outcome; ``embedder`` instead of
-    the configured one (tests)."""
+def run(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    embedder: Embedder | None = None,
+    reranker: Reranker | None = None,
+) -> int:
+    """Read, build, calibrate, print (and with ``args.out`` write) the outcome; ``embedder`` and
+    ``reranker`` instead of the configured ones (tests)."""
     from worker.db.connect import connect
     from worker.retrieval.factory import build_retriever
     from worker.retrieval.recall import single_connection
@@ -94,7 +124,15 @@ def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | No
     source = open_source(settings, args)
     bot = settings.discourse.bot_username
     try:
-        built = solved_questions(read_posts(source), bot_username=bot)
+        with _progress(args, source.estimate(None), f"calibrate: reading {source.key}", "post") as bar:
+            built = solved_questions(read_posts(source, bar), bot_username=bot)
+    except KeyboardInterrupt:
+        print(
+            "citebot: interrupted while reading the forum; nothing is saved yet: run the same command "
+            "again to start it again",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         close = getattr(source, "close", None)
         if close is not None:
@@ -102,6 +140,7 @@ def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | No
     requests = getattr(source, "requests", None)
     read_s = time.perf_counter() - started
     conn = connect(settings.database, autocommit=True)
+    stopped: CollectInterrupted | None = None
     try:
         answerable = indexed(conn, built)
         solved = len({q.topic_id for q in answerable})
@@ -119,28 +158,47 @@ def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | No
             solved,
             f"; {requests} API requests" if requests is not None else "",
         )
+        out_of_domain = shipped_out_of_domain(bot)
         # The model clients (an HTTP embedder, TEI's reranker) share one client, as in the worker's
         # runtime; each sets its own timeout per request.
         with (
             httpx.Client(timeout=settings.discourse.timeout_s) as http,
             build_retriever(
-                settings, connections=single_connection(conn), keyword=None, http=http, embedder=embedder
+                settings,
+                connections=single_connection(conn),
+                keyword=None,
+                http=http,
+                embedder=embedder,
+                reranker=reranker,
             ) as retriever,
+            _progress(
+                args,
+                len(answerable) + len(out_of_domain),
+                "calibrate: questions",
+                "question",
+                counted=("asked", "saved"),
+            ) as bar,
         ):
             outcome = calibrate(
                 retriever,
                 conn,
                 answerable,
-                shipped_out_of_domain(bot),
+                out_of_domain,
                 source=source.key,
                 solved_topics=solved,
                 force=args.force,
                 min_topics=args.min_topics,
                 if_new=getattr(args, "if_new", None),
                 extra=extra,
+                resume=not getattr(args, "restart", False),
+                on_question=lambda saved: bar.advance(1, embedded=int(not saved), skipped=int(saved)),
             )
+    except CollectInterrupted as exc:
+        stopped = exc
     finally:
         conn.close()
+    if stopped is not None:
+        return _interrupted(settings, stopped, source.key, as_json=args.json)
     outcome.seconds = time.perf_counter() - started
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -157,6 +215,41 @@ def run(settings: Settings, args: argparse.Namespace, *, embedder: Embedder | No
         )
         return 1
     return 0
+
+
+def _interrupted(settings: Settings, stopped: CollectInterrupted, source: str, *, as_json: bool) -> int:
+    """Ctrl-C or SIGTERM while the questions were asked: recorded (on a new connection: the run's may
+    have been interrupted mid-query), one summary printed, 130."""
+    from worker.db.connect import connect
+
+    record_id: int | None = None
+    reason = f"interrupted after {stopped.done} of {stopped.total} questions"
+    try:
+        with connect(settings.database, autocommit=True) as conn:
+            row = record_interrupted(conn, stopped, source=source)
+        record_id, reason = row.id, str(row.figures["reason"])
+    except (CitebotError, psycopg.Error):  # the database went away: the interrupt matters more
+        log.warning("could not record the interrupted run", exc_info=True)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "model_set": stopped.model_set,
+                    "decision": "interrupted",
+                    "reason": reason,
+                    "record_id": record_id,
+                    "progress": stopped.as_dict(),
+                }
+            )
+        )
+    else:
+        print(f"model set {stopped.model_set}: interrupted")
+        print(f"  {reason}")
+    print(
+        "citebot: interrupted; the questions done are saved: run the same command again to resume",
+        file=sys.stderr,
+    )
+    return 130
 
 
 def as_json(outcome: Outcome) -> dict[str, Any]:

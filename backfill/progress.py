@@ -22,6 +22,8 @@ class Progress:
     """Counts posts seen; ``interactive`` None means: a bar when stderr is a terminal.
 
     Without a bar, the first log line comes ``first_s`` after the start and then one every ``every_s``.
+    ``unit`` names what is counted (``citebot calibrate`` counts questions) and ``counted`` the two
+    tallies the bar shows beside it (``advance``'s ``embedded`` and ``skipped``).
     """
 
     def __init__(
@@ -32,9 +34,13 @@ class Progress:
         every_s: float = 30.0,
         first_s: float = 3.0,
         label: str = "",
+        unit: str = "post",
+        counted: tuple[str, str] = ("embedded", "skipped"),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.total = total
+        self.unit = unit
+        self.counted = counted
         self.done = 0
         self.embedded = 0
         self.skipped = 0
@@ -50,7 +56,7 @@ class Progress:
         if interactive:
             from tqdm import tqdm  # type: ignore[import-untyped]
 
-            self._bar = tqdm(total=total, unit="post", desc=label or "backfill", smoothing=0.05)
+            self._bar = tqdm(total=total, unit=unit, desc=label or "backfill", smoothing=0.05)
 
     def advance(self, seen: int, *, embedded: int = 0, skipped: int = 0) -> None:
         """``seen`` more posts handled, of which ``embedded`` were embedded and ``skipped`` unchanged."""
@@ -59,7 +65,9 @@ class Progress:
             self.embedded += embedded
             self.skipped += skipped
             if self._bar is not None:
-                self._bar.set_postfix({"embedded": self.embedded, "skipped": self.skipped}, refresh=False)
+                self._bar.set_postfix(
+                    dict(zip(self.counted, (self.embedded, self.skipped), strict=True)), refresh=False
+                )
                 self._bar.update(seen)
                 return
             now = self._clock()
@@ -67,7 +75,7 @@ class Progress:
                 return
             self._next_log = now + self.every_s
             line = self.line()
-        log.info("%s", line, extra={"embedded": self.embedded, "skipped": self.skipped})
+        log.info("%s", line, extra=dict(zip(self.counted, (self.embedded, self.skipped), strict=True)))
 
     def line(self) -> str:
         elapsed = max(1e-9, self._clock() - self._start)
@@ -77,10 +85,10 @@ class Progress:
             eta = left / rate if rate > 0 else float("inf")
             pct = 100.0 * self.done / self.total
             return (
-                f"{self.label} {self.done}/{self.total} posts ({pct:.1f}%), "
-                f"{rate:.1f} posts/s, ETA {_duration(eta)}"
+                f"{self.label} {self.done}/{self.total} {self.unit}s ({pct:.1f}%), "
+                f"{rate:.1f} {self.unit}s/s, ETA {_duration(eta)}"
             )
-        return f"{self.label} {self.done} posts, {rate:.1f} posts/s"
+        return f"{self.label} {self.done} {self.unit}s, {rate:.1f} {self.unit}s/s"
 
     def close(self) -> None:
         if self._bar is not None:

@@ -186,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
             from worker.settings import load_settings
 
             settings = configured_settings() or load_settings()
-            from worker.retrieval.stage import FEATURES, QUESTION_FEATURES, TOPIC_FEATURES
+            from worker.retrieval.stage import QUESTION_FEATURES, TOPIC_FEATURES, WITHOUT_CE
 
-            features = _names(args.features, FEATURES)
+            features = _names(args.features, WITHOUT_CE)
             second = args.excerpt_model if "excerpt_cosine" in features else None
             collected = args.from_features
             if args.excerpt_cosines_from is not None:

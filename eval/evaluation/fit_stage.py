@@ -49,7 +49,7 @@ from worker.calibration.fit import (  # noqa: F401  (re-exported: the eval's tes
 from worker.protocols import Embedder
 from worker.retrieval.aggregate import write_thresholds
 from worker.retrieval.retriever import RetrievalResult
-from worker.retrieval.stage import FEATURES, QUESTION_FEATURES, TOPIC_FEATURES, write_model
+from worker.retrieval.stage import FEATURES, QUESTION_FEATURES, TOPIC_FEATURES, WITHOUT_CE, write_model
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def fit_stage(
     *,
     l2: float = L2,
     write: bool = True,
-    features: Sequence[str] = FEATURES,
+    features: Sequence[str] = WITHOUT_CE,
     collected: Path | None = None,
     topic_features: Sequence[str] | None = TOPIC_FEATURES,
     within: float = 1.0,

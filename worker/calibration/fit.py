@@ -28,6 +28,7 @@ from worker.retrieval.stage import (
     FEATURES,
     QUESTION_FEATURES,
     TOPIC_FEATURES,
+    WITHOUT_CE,
     Linear,
     StageModel,
     ordering,
@@ -93,6 +94,28 @@ def provisional(model_set: str) -> StageModel:
     return StageModel(model_set, FEATURES, weights, (0.0,) * d, (1.0,) * d)
 
 
+# One candidate of a question: its post and topic ids, whether it is an accepted answer (1.0) and in
+# the question's topic (1.0), and its features in ``FEATURES`` order (NaN: no value).
+CandidateRow = tuple[int, int, float, float, list[float]]
+
+
+def candidate_rows(
+    gold_posts: Sequence[int], gold_topics: Sequence[int], result: RetrievalResult
+) -> list[CandidateRow]:
+    """The candidates the second stage saw for one question (``result``), labelled by its gold."""
+    gold, topics = set(gold_posts), set(gold_topics)
+    return [
+        (
+            cand.post_id,
+            cand.topic_id,
+            1.0 if cand.post_id in gold else 0.0,
+            1.0 if cand.topic_id in topics else 0.0,
+            [float(row[f]) for f in FEATURES],
+        )
+        for cand, row in zip(result.candidates, result.stage_features, strict=False)
+    ]
+
+
 @dataclass(slots=True)
 class FeatureRows:
     """The rows of a ``Collected`` as questions go through the second stage: ``add`` each question's
@@ -117,16 +140,19 @@ class FeatureRows:
         result: RetrievalResult,
     ) -> None:
         """One question's candidates: label 1 for an accepted answer, ``gold_topic`` 1 for its topic."""
-        gold, topics = set(gold_posts), set(gold_topics)
+        self.extend(question_id, answerable, candidate_rows(gold_posts, gold_topics, result))
+
+    def extend(self, question_id: str, answerable: bool, rows: Sequence[CandidateRow]) -> None:
+        """One question's candidates as ``candidate_rows`` made them (or as saved, ``work.py``)."""
         self.ids.append(question_id)
         self.answerable.append(answerable)
-        for cand, row in zip(result.candidates, result.stage_features, strict=False):
-            self.xs.append([row[f] for f in FEATURES])
-            self.ys.append(1.0 if cand.post_id in gold else 0.0)
+        for post, topic, label, gold_topic, x in rows:
+            self.xs.append(list(x))
+            self.ys.append(label)
             self.qs.append(len(self.ids) - 1)
-            self.gt.append(1.0 if cand.topic_id in topics else 0.0)
-            self.topics.append(cand.topic_id)
-            self.posts.append(cand.post_id)
+            self.gt.append(gold_topic)
+            self.topics.append(topic)
+            self.posts.append(post)
 
     def collected(self, meta: dict[str, Any] | None = None) -> Collected:
         return Collected(
@@ -181,10 +207,14 @@ class Collected:
     @classmethod
     def load(cls, path: Path) -> Collected:
         with np.load(path) as data:
-            if tuple(str(f) for f in data["features"]) != FEATURES:
+            features = tuple(str(f) for f in data["features"])
+            if features != FEATURES[: len(features)]:
                 raise ValueError(f"{path}: collected for other features; collect again")
+            x = data["x"]
+            if len(features) < len(FEATURES):  # collected before the later features: they have no value
+                x = np.hstack([x, np.full((len(x), len(FEATURES) - len(features)), np.nan)])
             return cls(
-                data["x"],
+                x,
                 data["y"],
                 data["question"],
                 data["gold_topic"],
@@ -530,7 +560,7 @@ def fit_model(
     model_set: str,
     *,
     l2: float = L2,
-    features: Sequence[str] = FEATURES,
+    features: Sequence[str] = WITHOUT_CE,
     topic_features: Sequence[str] | None = TOPIC_FEATURES,
     within: float = 1.0,
     question_features: Sequence[str] | None = QUESTION_FEATURES,

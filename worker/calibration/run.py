@@ -36,12 +36,14 @@ from worker.calibration.fit import (
     Fitted,
     abstained,
     answerable_only,
+    candidate_rows,
     fit_model,
     provisional,
     question_hits,
     subset,
 )
 from worker.calibration.questions import CalibrationQuestion
+from worker.calibration.work import SavedWork, context_key, index_identity, question_key
 from worker.errors import CitebotError, ConfigError
 from worker.retrieval.aggregate import thresholds_for
 from worker.retrieval.retriever import Retriever
@@ -126,37 +128,86 @@ def judge(name: str, data: Collected, model: StageModel, abstain_below: float) -
     return Judged(name, figures, per_question)
 
 
+class CollectInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, made one by the CLI) while the questions were asked.
+
+    A ``KeyboardInterrupt``, so that whatever stops on Ctrl-C still stops; it says how far the run got.
+    The questions collected are saved (``worker.calibration.work``): the same command continues."""
+
+    def __init__(self, model_set: str, total: int, done: int, asked: int, reused: int, failed: int) -> None:
+        super().__init__(f"interrupted after {done} of {total} questions")
+        self.model_set = model_set
+        self.total = total
+        self.done = done
+        self.asked = asked
+        self.reused = reused
+        self.failed = failed
+        self.questions: dict[str, Any] = {}  # the run's counts (``calibrate`` fills them in)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "total": self.total,
+            "done": self.done,
+            "asked": self.asked,
+            "reused": self.reused,
+            "failed": self.failed,
+        }
+
+
+# Called once per question as it is done: whether its saved work was reused (True) or it was asked.
+OnQuestion = Callable[[bool], None]
+
+
 def collect(
     retriever: Retriever,
     questions: Sequence[CalibrationQuestion],
     model_set: str,
     *,
     excerpt: bool,
-    every: int = 25,
-    clock: Callable[[], float] = time.perf_counter,
-) -> tuple[Collected, list[str]]:
+    cross_encoder: bool = False,
+    work: SavedWork | None = None,
+    on_question: OnQuestion | None = None,
+) -> tuple[Collected, list[str], dict[str, int]]:
     """Every question through the second stage under provisional weights, each candidate's features
-    kept (``Collected``); the ids of the questions retrieval failed on (left out) come second."""
+    kept (``Collected``); the ids of the questions retrieval failed on (left out) come second, then
+    the counts (``asked``, ``reused``). With ``work``, a question saved by an earlier run under the same
+    conditions is not asked again, and each question asked is saved at once; a failed one is not
+    (the next run asks it again). Ctrl-C raises ``CollectInterrupted``."""
     retriever.use_stage_model(provisional(model_set))
-    route = Route(ranker="stage", excerpt=excerpt)
+    route = Route(ranker="stage", excerpt=excerpt, cross_encoder=cross_encoder)
+    saved = work.load() if work is not None else {}
     rows = FeatureRows()
     failed: list[str] = []
-    started = clock()
-    for n, q in enumerate(questions, 1):
-        try:
-            result = retriever.retrieve(q.text, exclude_post_ids=q.exclude_post_ids, route=route)
-        except CitebotError as exc:
-            log.warning("calibrate: question %s left out: %s", q.id, exc)
-            failed.append(q.id)
-            continue
-        topics = (q.topic_id,) if q.topic_id is not None else ()
-        rows.add(q.id, q.answerable, q.gold_post_ids, topics, result)
-        if n % every == 0 or n == len(questions):
-            spent = clock() - started
-            left = spent / n * (len(questions) - n)
-            log.info("calibrate: %d/%d questions (%.0f s, about %.0f s left)", n, len(questions), spent, left)
-    data = rows.collected()
-    return data, failed
+    asked = reused = 0
+    try:
+        for q in questions:
+            key = question_key(q)
+            got = saved.get(key)
+            was_saved = got is not None
+            if got is None:
+                try:
+                    result = retriever.retrieve(q.text, exclude_post_ids=q.exclude_post_ids, route=route)
+                except CitebotError as exc:
+                    log.warning("calibrate: question %s left out: %s", q.id, exc)
+                    failed.append(q.id)
+                    if on_question is not None:
+                        on_question(False)
+                    continue
+                topics = (q.topic_id,) if q.topic_id is not None else ()
+                got = candidate_rows(q.gold_post_ids, topics, result)
+                if work is not None:
+                    work.save(q, key, got)
+                asked += 1
+            else:
+                reused += 1
+            rows.extend(q.id, q.answerable, got)
+            if on_question is not None:
+                on_question(was_saved)
+    except KeyboardInterrupt as exc:
+        raise CollectInterrupted(
+            model_set, len(questions), asked + reused + len(failed), asked, reused, len(failed)
+        ) from exc
+    return rows.collected(), failed, {"asked": asked, "reused": reused}
 
 
 NOT_DUE = "not_due"  # --if-new: too few new solved topics since the last run; nothing recorded
@@ -184,14 +235,16 @@ class Outcome:
         return self.decision == store.KEPT_ACTIVE and bool(check.get("dropped"))
 
 
-def model_set_of(retriever: Retriever) -> tuple[str, bool]:
-    """The model set the worker's second stage uses with this retriever, and whether it includes the
-    second bi-encoder's excerpt cosine."""
+def model_set_of(retriever: Retriever) -> tuple[str, bool, bool]:
+    """The model set the worker's second stage uses with this retriever, whether it includes the
+    second bi-encoder's excerpt cosine, and whether the cross-encoder's logit (a TEI cross-encoder is
+    configured: its id ends the model set's, ``+ce:<id>``)."""
     excerpt = retriever.excerpts is not None and retriever.excerpt_embedder is not None
     if retriever.embedder is None:
         raise ConfigError("calibrate needs the embedder (CITEBOT_EMBEDDINGS__*)")
     second = retriever.excerpt_embedder.model if excerpt and retriever.excerpt_embedder is not None else None
-    return model_set_id(retriever.embedder.model, second), excerpt
+    ce = retriever.cross_encoder_id()
+    return model_set_id(retriever.embedder.model, second, ce), excerpt, ce is not None
 
 
 def shipped(model_set: str) -> tuple[StageModel, float] | None:
@@ -248,16 +301,23 @@ def calibrate(
     min_topics: int = MIN_SOLVED_TOPICS,
     if_new: int | None = None,
     extra: Mapping[str, Any] | None = None,
+    resume: bool = True,
+    on_question: OnQuestion | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Outcome:
     """The whole run (module docstring); the outcome is recorded in ``stage_calibrations``.
+
+    Each question's features are saved as they are collected (``worker.calibration.work``): a run
+    that was stopped is continued, its saved questions not asked again (``resume`` False: asked
+    again); ``on_question`` is called as each question is done (progress). Ctrl-C while the questions
+    are asked raises ``CollectInterrupted``; the caller records it (``record_interrupted``).
 
     ``if_new`` (the nightly job): when the model set's last recorded run counted fewer than ``if_new``
     solved topics less than now, nothing is fitted or recorded (decision ``not_due``)."""
     if min_topics < FLOOR_SOLVED_TOPICS:
         raise ConfigError(f"--min-topics must be at least {FLOOR_SOLVED_TOPICS}")
     started = clock()
-    model_set, excerpt = model_set_of(retriever)
+    model_set, excerpt, ce = model_set_of(retriever)
     counts: dict[str, Any] = {
         "solved_topics": solved_topics,
         "min_topics": min_topics,
@@ -266,7 +326,7 @@ def calibrate(
         **(extra or {}),
     }
     if if_new is not None:
-        last = store.history(conn, model_set, limit=1)
+        last = store.history(conn, model_set, limit=1, finished=True)
         before = int(last[0].questions.get("solved_topics", 0)) if last else None
         if before is not None and solved_topics - before < if_new:
             reason = (
@@ -298,13 +358,35 @@ def calibrate(
         solved_topics,
         len(out_of_domain),
     )
-    data, failed = collect(retriever, questions, model_set, excerpt=excerpt, clock=clock)
+    work = SavedWork(
+        conn,
+        model_set,
+        context_key(model_set, index_identity(conn), retriever.settings.model_dump(mode="json")),
+    )
+    if not resume:
+        work.clear()
+    elif kept := work.prepare():
+        log.info("calibrate %s: %d questions saved by an interrupted run are reused", model_set, kept)
+    try:
+        data, failed, asked = collect(
+            retriever,
+            questions,
+            model_set,
+            excerpt=excerpt,
+            cross_encoder=ce,
+            work=work,
+            on_question=on_question,
+        )
+    except CollectInterrupted as stopped:
+        stopped.questions = {**counts, "progress": stopped.as_dict()}
+        raise
     counts["failed"] = failed
+    counts["collected"] = asked
     collected_s = clock() - started
     half = {q.id: q.half for q in questions}
     in_fit = np.asarray([half[q] == "fit" for q in data.questions])
     fit_half, test_half = subset(data, in_fit), subset(data, ~in_fit)
-    features = FEATURES if excerpt else tuple(f for f in FEATURES if f != "excerpt_cosine")
+    features = tuple(f for f in FEATURES if (excerpt or f != "excerpt_cosine") and (ce or f != "ce_logit"))
     fit_half = replace(fit_half, meta={"data": f"{solved_topics} solved topics ({source}), fit half"})
     fitted = fit_model(fit_half, model_set, features=features)
 
@@ -349,12 +431,32 @@ def calibrate(
         abstain_below=fitted.abstain_below,
         weak_below=fitted.weak_below,
     )
+    work.clear()  # recorded: the next run asks every question again
     per_question = {
         qid: {"half": half[qid], **{name: j.per_question.get(qid, {}) for name, j in judged.items()}}
         for qid in data.questions
     }
     return Outcome(
         model_set, decision, reason, counts, figures, row, fitted, per_question, seconds=clock() - started
+    )
+
+
+def record_interrupted(
+    conn: psycopg.Connection, stopped: CollectInterrupted, *, source: str
+) -> store.Calibration:
+    """Record a run stopped while its questions were asked (decision ``interrupted``): how far it got
+    and that the same command continues it. Nothing else changes (the weights in use stay)."""
+    reason = (
+        f"interrupted after {stopped.done} of {stopped.total} questions ({stopped.asked} asked by this run, "
+        f"{stopped.reused} saved before): run the same command again to continue"
+    )
+    return store.record(
+        conn,
+        model_set=stopped.model_set,
+        decision=store.INTERRUPTED,
+        source=source,
+        questions=stopped.questions or {"progress": stopped.as_dict()},
+        figures={"reason": reason},
     )
 
 

@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from worker.metrics import CALIBRATION_MERIT
 from worker.retrieval.aggregate import Thresholds
 from worker.retrieval.recall import ConnectionSource
-from worker.retrieval.stage import StageModel, model_from_dict
+from worker.retrieval.stage import CE_PREFIX, StageModel, model_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ ACTIVATED = "activated"  # fitted and in use
 FORCED = "forced"  # in use although the active one did better on the test half (--force)
 KEPT_ACTIVE = "kept_active"  # fitted, not used: what is in use did better on the test half
 TOO_LITTLE_DATA = "too_little_data"  # not fitted: fewer solved topics than the minimum
+INTERRUPTED = "interrupted"  # stopped while the questions were asked; the same command continues it
 
 _COLUMNS = (
     "id, model_set, fitted_at, active, decision, model, abstain_below, weak_below, source, questions, figures"
@@ -114,14 +115,26 @@ def latest_check(conn: psycopg.Connection, model_set: str) -> Mapping[str, Any] 
     return r[0] if r and isinstance(r[0], dict) else None
 
 
-def history(conn: psycopg.Connection, model_set: str | None = None, limit: int = 10) -> list[Calibration]:
-    """The latest runs, newest first (of ``model_set``, or all)."""
+def history(
+    conn: psycopg.Connection, model_set: str | None = None, limit: int = 10, *, finished: bool = False
+) -> list[Calibration]:
+    """The latest runs, newest first (of ``model_set``, or all; ``finished``: not the interrupted)."""
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM stage_calibrations WHERE %(m)s::text IS NULL OR model_set = %(m)s "  # noqa: S608
-        "ORDER BY id DESC LIMIT %(n)s",
-        {"m": model_set, "n": limit},
+        f"SELECT {_COLUMNS} FROM stage_calibrations WHERE (%(m)s::text IS NULL OR model_set = %(m)s) "  # noqa: S608
+        "AND NOT (%(f)s AND decision = %(i)s) ORDER BY id DESC LIMIT %(n)s",
+        {"m": model_set, "n": limit, "f": finished, "i": INTERRUPTED},
     ).fetchall()
     return [_row(r) for r in rows]
+
+
+def cross_encoder_sets(conn: psycopg.Connection, model_sets: Sequence[str]) -> list[str]:
+    """The recorded model sets that are one of ``model_sets`` with a cross-encoder (``…+ce:<id>``)."""
+    rows = conn.execute(
+        "SELECT DISTINCT model_set FROM stage_calibrations WHERE strpos(model_set, %s) > 0 ORDER BY 1",
+        (CE_PREFIX,),
+    ).fetchall()
+    found = [str(r[0]) for r in rows]
+    return [m for m in found if any(m.startswith(base + CE_PREFIX) for base in model_sets)]
 
 
 def record(

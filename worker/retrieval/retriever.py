@@ -49,7 +49,7 @@ from worker.retrieval.keyword import KeywordResult, TermSelector, keyword_search
 from worker.retrieval.legacy import TopicReader, answer_candidates, read_answers
 from worker.retrieval.lexical import LexicalResult, PostgresLexicalIndex
 from worker.retrieval.recall import PostIndex
-from worker.retrieval.rerank import rerank_candidates
+from worker.retrieval.rerank import rerank_candidates, rerank_text
 from worker.retrieval.route import SHIPPED, Resolved, Route, is_cross_encoder, resolve_ranker
 from worker.retrieval.stage import StageModel, feature_rows, is_brief, load_model, model_set_id, rank_rows
 from worker.retrieval.threads import EMPTY, PostgresThreadIndex, Thread
@@ -286,7 +286,15 @@ class Retriever:
         features: tuple[dict[str, float], ...] = ()
         if stage_on and fused:
             ranked, verdict, features = self._second_stage(
-                question, fused, vector, lexical, exclude_post_ids, trace, excerpt_future
+                question,
+                fused,
+                vector,
+                lexical,
+                exclude_post_ids,
+                trace,
+                excerpt_future,
+                cross_encoder=ranker == "stage",
+                collect_cross_encoder=route.cross_encoder,
             )
         reranked = False
         if ranker in ("rerank", "stage+rerank") and ranked:
@@ -311,12 +319,17 @@ class Retriever:
         second stage when weights are fitted for the recall model, with the cross-encoder when one is
         configured; without weights, the reranker alone or the fused order."""
         weights = route.vector and self.has_stage_weights()
-        return resolve_ranker(
+        resolved = resolve_ranker(
             route.ranker,
             has_weights=weights,
             reranker=self.reranker is not None,
             cross_encoder=weights and self.has_cross_encoder(),  # asked only where it decides
         )
+        # weights fitted with the cross-encoder's logit: it is read inside the stage, which ranks
+        after_stage = route.ranker == "auto" and route.vector and resolved in ("stage+rerank", "rerank")
+        if after_stage and self._has_cross_encoder_weights():
+            return "stage"
+        return resolved
 
     def has_stage_weights(self) -> bool:
         """Whether second-stage weights are fitted for the recall model (``stage_weights.json``)."""
@@ -325,6 +338,28 @@ class Retriever:
         except ConfigError:
             return False
         return True
+
+    def cross_encoder_id(self) -> str | None:
+        """The configured cross-encoder's id (its ``/info`` model id, else its name): the last part of
+        the id of a model set fitted with its logit. None without a reranker, or when it is not a
+        cross-encoder."""
+        if self.reranker is None or not self.has_cross_encoder():
+            return None
+        rid = getattr(self.reranker, "reranker_id", None)
+        return rid if isinstance(rid, str) and rid else self.reranker.name
+
+    def _has_cross_encoder_weights(self) -> bool:
+        """Whether ``citebot calibrate`` fitted weights with the configured cross-encoder's logit."""
+        if self.calibrations is None or self._stage_model is not None:
+            return False  # only calibrate fits them: without its store there are none
+        ce = self.cross_encoder_id()
+        if ce is None:
+            return False
+        for excerpt in {False, self.excerpt_embedder is not None}:
+            found = self._calibrated(self._model_set(excerpt, ce))
+            if found is not None and found.model is not None and found.model.uses_cross_encoder:
+                return True
+        return False
 
     def has_cross_encoder(self) -> bool:
         """Whether the configured reranker is a cross-encoder (its ``/info``, read once; a reranker
@@ -405,9 +440,16 @@ class Retriever:
         exclude_post_ids: Sequence[int],
         trace: Trace,
         excerpt_future: Future[list[float]] | None = None,
+        *,
+        cross_encoder: bool = False,
+        collect_cross_encoder: bool = False,
     ) -> tuple[list[Candidate], _StageVerdict, tuple[dict[str, float], ...]]:
         """The first ``stage_k`` fused candidates, with the other posts of their first ``stage_topics``
-        topics, by the second stage's score; what its zone rests on (``_zone`` decides it)."""
+        topics, by the second stage's score; what its zone rests on (``_zone`` decides it).
+
+        ``cross_encoder``: weights fitted with the configured cross-encoder's logit are preferred (the
+        cross-encoder is then asked here, for the ``ce_logit`` feature); ``collect_cross_encoder``: it
+        is asked whatever the weights (``citebot calibrate`` collecting features)."""
         s = self.settings
         head, tail = list(fused[: s.stage_k]), list(fused[s.stage_k :])
         with trace.stage("stage") as st:
@@ -435,8 +477,11 @@ class Retriever:
             ]
             brief = is_brief(question)
             excerpt = self._excerpt_cosines(excerpt_future, head, trace)
-            model = self.stage_model(excerpt=excerpt is not None)
-            rows = feature_rows(head, thread, brief=brief, excerpt=excerpt)
+            model = self.stage_model(excerpt=excerpt is not None, cross_encoder=cross_encoder)
+            ce = None
+            if (collect_cross_encoder or model.uses_cross_encoder) and self.cross_encoder_id() is not None:
+                ce = self._cross_encoder_logits(question, head, trace)
+            rows = feature_rows(head, thread, brief=brief, excerpt=excerpt, ce=ce)
             ranked = rank_rows(model, head, rows)
             by_id = {c.post_id: r for c, r in zip(head, rows, strict=True)}
             scores = [c.stage for c in ranked if c.stage is not None]
@@ -451,6 +496,7 @@ class Retriever:
                 "cosines": len(cosines),
                 "lexical": len(lex),
                 "excerpt": len(excerpt or {}),
+                "ce": len(ce or {}),
             }
             st.scores([c.stage for c in ranked])
             st.info = {
@@ -481,6 +527,29 @@ class Retriever:
         if outcome.fallback:
             trace.fallback("rerank", outcome.fallback)
         return list(outcome.candidates), outcome.applied
+
+    def _cross_encoder_logits(
+        self, question: str, head: Sequence[Candidate], trace: Trace
+    ) -> dict[int, float] | None:
+        """The cross-encoder's logits of ``head`` for the stage's ``ce_logit`` (what ``_rerank`` sends:
+        title and post start); None when it fails (the feature then has no value, the fallback in the
+        trace)."""
+        reranker = self.reranker
+        if reranker is None or not head:
+            return None
+        texts = [rerank_text(c.topic_title, c.body, self.rerank_excerpt_chars) for c in head]
+        with trace.stage("stage_ce") as st:
+            try:
+                logits = reranker.rerank(question, texts)
+            except (CitebotError, TimeoutError) as exc:
+                st.fallback = _reason(exc)
+                trace.fallback("stage_ce", f"cross-encoder unused in the stage: {_reason(exc)}")
+                return None
+            st.counts = {"in": len(texts)}
+        if len(logits) != len(head) or not all(math.isfinite(x) for x in logits):
+            trace.fallback("stage_ce", "cross-encoder returned unusable scores")
+            return None
+        return {c.post_id: float(x) for c, x in zip(head, logits, strict=True)}
 
     def _stage_zone(self, verdict: _StageVerdict) -> Zone:
         """The second stage's zone: abstain when the question-level score says unanswerable, else its
@@ -558,25 +627,31 @@ class Retriever:
         else:
             self._stage_models[excerpt] = model
 
-    def stage_model(self, *, excerpt: bool = False) -> StageModel:
+    def stage_model(self, *, excerpt: bool = False, cross_encoder: bool = False) -> StageModel:
         """The second stage's weights for the recall model in use and, with ``excerpt``, the second
         bi-encoder: those set by ``use_stage_model``, else the forum's own (``citebot calibrate``,
-        ``worker.calibration.store``: read again at most every TTL), else the shipped ones
-        (ConfigError when there are none)."""
+        ``worker.calibration.store``: read again at most every TTL; with ``cross_encoder``, those fitted
+        with the configured cross-encoder's logit first), else the shipped ones (ConfigError when there
+        are none)."""
         if self._stage_model is not None:
             return self._stage_model
         if excerpt in self._stage_models:
             return self._stage_models[excerpt]
+        ce = self.cross_encoder_id() if cross_encoder else None
+        if ce is not None:
+            with_ce = self._calibrated(self._model_set(excerpt, ce))
+            if with_ce is not None and with_ce.model is not None:
+                return with_ce.model
         name = self._model_set(excerpt)
         calibrated = self._calibrated(name)
         if calibrated is not None and calibrated.model is not None:
             return calibrated.model
         return load_model(name)
 
-    def _model_set(self, excerpt: bool) -> str:
+    def _model_set(self, excerpt: bool, cross_encoder: str | None = None) -> str:
         model = self.embedder.model if self.embedder is not None else ""
         second = self.excerpt_embedder.model if excerpt and self.excerpt_embedder is not None else None
-        return model_set_id(model, second)
+        return model_set_id(model, second, cross_encoder)
 
     def _calibrated(self, model_set: str) -> Calibration | None:
         """The active calibration of ``model_set`` (None without the store, or none recorded)."""

@@ -19,6 +19,9 @@ The default ``Route()`` is the shipped path, the best one measured (docs/retriev
   no                            no reranker             ``fused``: fused order, zone normal
   ============================  ======================  ==========================================
 
+  Where ``citebot calibrate`` fitted weights with the configured cross-encoder's logit (model set
+  ``…+ce:<its id>``), ``auto`` is ``stage``: the logit is one of the stage's features
+  (``Retriever.ranker``).
   A reranker that is not a cross-encoder (the local model server's calibrated bi-encoder, id
   ``calibrated-bi-encoder:…``) never joins the stage: it ranks no better than cosine (issue 35);
   without stage weights it still ranks, for its calibrated zones (the fused order has none).
@@ -49,6 +52,9 @@ class Route:
     ranker: Ranker = "auto"
     excerpt: bool = True  # the second bi-encoder's feature in the stage, when configured
     neighbours: int | None = None  # posts around each source as context; None: settings.neighbours
+    # the cross-encoder asked for the stage's ``ce_logit`` even when the weights do not use it
+    # (``citebot calibrate`` collecting the features of a model set with the cross-encoder)
+    cross_encoder: bool = False
 
     def __post_init__(self) -> None:
         if self.ranker not in RANKERS:

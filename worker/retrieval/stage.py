@@ -24,6 +24,10 @@ Features (``FEATURES``):
   title and post start the cross-encoder reads), read from its column (``worker/retrieval/excerpts.py``).
   A post without a vector has no value (NaN): the score then gives it the feature's mean, i.e. no
   contribution, and the fit imputes it the same way.
+- ``ce_logit``: the cross-encoder's raw logit (TEI ``POST /rerank`` with ``raw_scores``) of the question
+  and the post as the reranker reads it (``worker/retrieval/rerank.py`` ``rerank_text``). Only a model
+  set fitted with that cross-encoder uses it (``citebot calibrate`` with TEI configured: its id ends
+  in ``+ce:<reranker id>``, ``model_set_id``); NaN when the cross-encoder was not asked or failed.
 
 Over the first ``stage_k`` candidates' topics the retriever reads whole topics (``stage_topics`` of
 them, in fused order), so that a topic's answer competes even when the channels found only its
@@ -83,18 +87,27 @@ FEATURES = (
     "brief_cosine",
     "brief_lexical",
     "excerpt_cosine",
+    "ce_logit",
 )
+# The features a model set without a cross-encoder is fitted on (``python -m eval fit-stage``'s default)
+WITHOUT_CE = tuple(f for f in FEATURES if f != "ce_logit")
 TOPIC_FEATURES = ("best", "pooled", "count", "best_excerpt", "best_lexical", "best_cosine")
 QUESTION_FEATURES = ("top", "gap", "lexical_top", "top_cosine", "top_excerpt", "brief")
 BRIEF_CHARS = 160  # what a member writes to a bot in one sentence (the eval's short questions)
 _NO_FACTS = PostFacts()
 
 
-def model_set_id(embedding_model: str, excerpt_model: str | None = None) -> str:
+CE_PREFIX = "+ce:"  # a model set fitted with a cross-encoder's logit: ``…+ce:<reranker id>``
+
+
+def model_set_id(
+    embedding_model: str, excerpt_model: str | None = None, cross_encoder: str | None = None
+) -> str:
     """The key of a model set's weights: the recall model, the lexical channel's recipe and, when its
-    cosines are a feature, the second bi-encoder."""
+    cosines are a feature, the second bi-encoder; when its logit is a feature, the cross-encoder."""
     base = f"{embedding_model}+lexical-en"
-    return f"{base}+{excerpt_model}" if excerpt_model else base
+    base = f"{base}+{excerpt_model}" if excerpt_model else base
+    return f"{base}{CE_PREFIX}{cross_encoder}" if cross_encoder else base
 
 
 def _linear(
@@ -201,6 +214,11 @@ class StageModel:
     def uses_excerpt(self) -> bool:
         return "excerpt_cosine" in self.features
 
+    @property
+    def uses_cross_encoder(self) -> bool:
+        """Whether the post score weighs the cross-encoder's logit (it is then asked in the stage)."""
+        return any(f == "ce_logit" and w != 0 for f, w in zip(self.features, self.weights, strict=True))
+
     def as_dict(self) -> dict[str, Any]:
         out = Linear(self.features, self.weights, self.mean, self.std, self.bias, FEATURES).as_dict()
         if self.topic is not None:
@@ -279,11 +297,14 @@ def feature_rows(
     *,
     brief: bool = False,
     excerpt: Mapping[int, float] | None = None,
+    ce: Mapping[int, float] | None = None,
 ) -> list[dict[str, float]]:
     """The raw features of each candidate (``cosine`` and ``lexical`` must be filled in); the facts and
     topic cosines come from ``thread`` (a candidate it lacks gets no facts), the second model's cosines
-    from ``excerpt`` (NaN for a post it lacks, or for all without it)."""
+    from ``excerpt`` and the cross-encoder's logits from ``ce`` (NaN for a post they lack, or for all
+    without them)."""
     excerpt = excerpt or {}
+    ce = ce or {}
     top = max((c.lexical or 0.0 for c in candidates), default=0.0)
     best = thread.topic_best()
     for c in candidates:
@@ -310,6 +331,7 @@ def feature_rows(
                 "brief_cosine": b * cosine,
                 "brief_lexical": b * lexical,
                 "excerpt_cosine": excerpt.get(c.post_id, math.nan),
+                "ce_logit": ce.get(c.post_id, math.nan),
             }
         )
     return rows

@@ -3,7 +3,6 @@ sample export (real PostgreSQL, the fake embedder)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -16,6 +15,7 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from tests.conftest import make_settings
+from tests.worker.calibration.conftest import SAMPLE, calibrate_args, run_calibrate
 from tests.worker.retrieval.doubles import angle_vector, insert_post
 from worker.calibration import run as calibration_run
 from worker.calibration import store
@@ -34,8 +34,6 @@ from worker.retrieval.retriever import Retriever
 from worker.retrieval.stage import FEATURES, StageModel
 from worker.settings import RetrievalSettings
 from worker.testing.models import FakeEmbedder
-
-SAMPLE = Path(__file__).resolve().parents[3] / "eval" / "data" / "urho3d-sample"
 
 
 @dataclass(frozen=True)
@@ -217,44 +215,6 @@ def test_an_unreadable_store_keeps_the_last_read_and_answers_go_on(conn: psycopg
 
 
 # -- a whole run on the sample export -----------------------------------------------------------------
-
-
-@pytest.fixture
-def indexed_sample(db_url: str) -> str:
-    from backfill.run import BackfillOptions, run_backfill
-    from backfill.sources.file import FileSource
-
-    settings = make_settings(db_url, "redis://127.0.0.1:1/0")
-    run_backfill(
-        settings.database,
-        FileSource(SAMPLE, assume_public=True),
-        FakeEmbedder(model="test-model"),
-        BackfillOptions(progress=False),
-    )
-    return db_url
-
-
-def calibrate_args(tmp_path: Path, **kw: Any) -> argparse.Namespace:
-    base = {
-        "source": "file",
-        "path": SAMPLE,
-        "force": False,
-        "min_topics": 20,
-        "out": tmp_path / "out.json",
-        "json": False,
-        "report": False,
-        "if_new": None,
-    }
-    return argparse.Namespace(**{**base, **kw})
-
-
-def run_calibrate(db_url: str, tmp_path: Path, **kw: Any) -> dict[str, Any]:
-    from backfill.calibrate import run
-
-    settings = make_settings(db_url, "redis://127.0.0.1:1/0")
-    assert run(settings, calibrate_args(tmp_path, **kw), embedder=FakeEmbedder(model="test-model")) == 0
-    out: dict[str, Any] = json.loads((tmp_path / "out.json").read_text("utf-8"))
-    return out
 
 
 def fit_worse(monkeypatch: pytest.MonkeyPatch) -> None:

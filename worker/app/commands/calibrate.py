@@ -59,6 +59,21 @@ def register(group: argparse.ArgumentParser) -> None:
         "--out", type=Path, metavar="FILE", help="also write the whole result (JSON, per question)"
     )
     group.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    group.add_argument(
+        "--restart",
+        action="store_true",
+        help="ask every question again (by default a stopped run's saved questions are reused)",
+    )
+    group.add_argument(
+        "--progress", choices=("auto", "bar", "log"), default="auto", help="progress bar or log lines"
+    )
+    group.add_argument(
+        "--progress-every",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="without a bar: one progress line every S seconds (default 30)",
+    )
     group.set_defaults(handler=_calibrate)
 
 
@@ -94,6 +109,7 @@ def report(settings: Any, *, as_json: bool = False) -> int:
         sets.append(model_set_id(settings.embeddings.model, second))
     conn = connect(settings.database, autocommit=True)
     try:
+        sets += store.cross_encoder_sets(conn, sets)  # fitted with a cross-encoder's logit
         rows = {m: (store.active(conn, m), store.history(conn, m, limit=5)) for m in sets}
     finally:
         conn.close()
