@@ -31,7 +31,9 @@ from pathlib import Path
 
 from eval.bench.report import emit, print_table
 from gate import Gate, normalize
-from gate.train.data import FORUM, PROBES, forum_questions
+from gate.train.data import FORUM as FORUM
+from gate.train.data import PROBES as PROBES
+from gate.train.data import forum_questions as forum_questions
 
 REPO = Path(__file__).resolve().parents[2]
 _NAIVE_WORDS = ("bomb", "explosive", "meth", "suicide", "keylogger", "ransomware", "dox", "phishing")
