@@ -6,10 +6,12 @@
       ▲
     worker.app      the applications: the CLI (cli, commands/), the composition root (assemble), the
       ▲             webhook app; may import every layer below
-    eval            may import backfill, the core of worker, gate, sanitizer
+    eval            may import backfill, gate's build, the core of worker, gate, sanitizer
       ▲
     backfill        may import the core of worker, gate, sanitizer
       ▲
+    gate's build    gate/build.py, manifest.py, train/ (``make gate``: refits the gate's artefacts; reads
+      ▲             archive HTML and embeds lines with the core's clients): may import the core of worker
     worker (core)   everything in worker/ but app/: may import gate, sanitizer
       ▲             (worker.testing: only tests, eval, worker.app and itself)
     gate, sanitizer pure: import nothing of ours
@@ -31,15 +33,19 @@ from tests.services import ROOT
 
 OURS = ("gate", "sanitizer", "worker", "backfill", "eval", "tests")
 APP = "worker.app"
-BELOW_APP = frozenset({"eval", "backfill", "worker", "gate", "sanitizer"})
+# The gate's build (``make gate``): a tool above the core, never imported by the gate at run time.
+GATE_BUILD = "gate.build"
+GATE_BUILD_MODULES = ("gate.build", "gate.manifest", "gate.train")
+BELOW_APP = frozenset({"eval", "backfill", GATE_BUILD, "worker", "gate", "sanitizer"})
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "gate": frozenset({"gate"}),
     "sanitizer": frozenset({"sanitizer"}),
     "worker": frozenset({"worker", "gate", "sanitizer"}),
+    GATE_BUILD: frozenset({GATE_BUILD, "worker", "gate", "sanitizer"}),
     "backfill": frozenset({"backfill", "worker", "gate", "sanitizer"}),
-    "eval": frozenset({"eval", "backfill", "worker", "gate", "sanitizer"}),
+    "eval": frozenset({"eval", "backfill", GATE_BUILD, "worker", "gate", "sanitizer"}),
     APP: BELOW_APP | {APP},
-    "tests": frozenset({*OURS, APP}),
+    "tests": frozenset({*OURS, APP, GATE_BUILD}),
 }
 STRING_IMPORTS = frozenset({"import_module", "__import__"})
 
@@ -48,6 +54,8 @@ def layer(module: str) -> str:
     """The layer a dotted module name belongs to: ``worker.app`` apart from the rest of ``worker``."""
     if module == APP or module.startswith(APP + "."):
         return APP
+    if any(module == m or module.startswith(m + ".") for m in GATE_BUILD_MODULES):
+        return GATE_BUILD
     return module.split(".")[0]
 
 
@@ -85,10 +93,16 @@ def _imports(path: Path) -> Iterator[tuple[str, int]]:
 
 
 def _files(package: str) -> list[Path]:
+    if package == GATE_BUILD:
+        modules = [ROOT / "gate" / "build.py", ROOT / "gate" / "manifest.py"]
+        return [*modules, *sorted((ROOT / "gate" / "train").rglob("*.py"))]
     folder = ROOT.joinpath(*package.split("."))
     found = [p for p in sorted(folder.rglob("*.py")) if ".venv" not in p.parts]
     if package == "worker":  # the core: worker/app/ is a layer of its own
         found = [p for p in found if p.relative_to(folder).parts[0] != "app"]
+    if package == "gate":  # the gate at run time: its build is a layer of its own
+        build = ("build.py", "manifest.py", "train")
+        found = [p for p in found if p.relative_to(folder).parts[0] not in build]
     return found
 
 
