@@ -15,7 +15,9 @@ the read does not depend on the models. It is reused only:
 - while it is younger than ``READ_MAX_AGE`` (counted from when the read began): an older read may
   miss topics solved since, so it is deleted and the forum read again.
 
-A run that records its outcome (``stage_calibrations``) deletes it, and ``--restart`` discards it.
+A run that ends deletes it, and ``--restart`` discards it. Two runs of one source at once (the nightly
+job and an admin's) never mix their reads: a run saves only into the row it began or continued
+(``started_at``), and reads on unsaved once another run has taken it over or deleted it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 
@@ -72,6 +75,10 @@ class SavedRead:
         self._conn = conn
         self.source = source
         self.max_age = max_age
+        # The saved read this run continues (its row's started_at), and whether another run took the
+        # row over or deleted it (then this run reads on without saving: the row is not its own).
+        self._began: Any = None
+        self.detached = False
 
     def prepare(self) -> ReadState | None:
         """Delete the saved reads begun more than ``max_age`` ago (any source); this source's state,
@@ -82,9 +89,10 @@ class SavedRead:
         for (source,) in gone:
             log.info("calibrate: the saved read of %s is older than %s: deleted", source, self.max_age)
         row = self._conn.execute(
-            "SELECT cursor, done, posts_read, requests FROM calibration_read WHERE source = %s",
+            "SELECT cursor, done, posts_read, requests, started_at FROM calibration_read WHERE source = %s",
             (self.source,),
         ).fetchone()
+        self._began, self.detached = (row[4] if row else None), False
         if row is None:
             return None
         return ReadState(
@@ -116,14 +124,30 @@ class SavedRead:
     ) -> None:
         """One batch's kept ``posts`` and the cursor past it, committed together; ``read`` and
         ``requests`` are the read's totals so far."""
+        if self.detached:
+            return
         with self._conn.transaction():
-            self._conn.execute(
-                "INSERT INTO calibration_read (source, cursor, done, posts_read, requests)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (source) DO UPDATE"
-                " SET cursor = EXCLUDED.cursor, done = EXCLUDED.done, posts_read = EXCLUDED.posts_read,"
-                " requests = EXCLUDED.requests, saved_at = now()",
-                (self.source, cursor, done, read, requests),
-            )
+            if self._began is None:  # the read begins: its row, unless another run's began meanwhile
+                row = self._conn.execute(
+                    "INSERT INTO calibration_read (source, cursor, done, posts_read, requests)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (source) DO NOTHING RETURNING started_at",
+                    (self.source, cursor, done, read, requests),
+                ).fetchone()
+            else:
+                row = self._conn.execute(
+                    "UPDATE calibration_read SET cursor = %s, done = %s, posts_read = %s, requests = %s,"
+                    " saved_at = now() WHERE source = %s AND started_at = %s RETURNING started_at",
+                    (cursor, done, read, requests, self.source, self._began),
+                ).fetchone()
+            if row is None:
+                self.detached = True
+                log.warning(
+                    "calibrate: another run of %s took over or ended its saved read: this read goes on "
+                    "without being saved",
+                    self.source,
+                )
+                return
+            self._began = row[0]
             rows = [(self.source, p.post_id, p.topic_id, p.post_number, p.cooked or None) for p in posts]
             if rows:
                 with self._conn.cursor() as cur:
@@ -136,5 +160,6 @@ class SavedRead:
                     )
 
     def clear(self) -> None:
-        """Delete this source's saved read (the run recorded its outcome, or ``--restart``)."""
+        """Delete this source's saved read (the run ended, or ``--restart``)."""
         self._conn.execute("DELETE FROM calibration_read WHERE source = %s", (self.source,))
+        self._began, self.detached = None, False

@@ -178,6 +178,15 @@ def test_a_saved_read_is_only_the_same_sources_and_not_older_than_the_bound(
     assert read.load() == POSTS
     assert SavedRead(conn, "file:/exports/b").prepare() is None  # another source's read is not used
     assert SavedRead(conn, "api").load() == []
+    # another run of the same source that ends deletes the read: this one reads on, saving nothing
+    SavedRead(conn, "file:/exports/a").clear()
+    read.save([KeptPost(20, 2, 1, "<p>Why is my build slow?</p>")], cursor=20, read=60)
+    assert read.detached
+    assert SavedRead(conn, "file:/exports/a").prepare() is None
+    assert read.prepare() is None  # the next run begins a new read, saved again
+    assert not read.detached
+    read.save(POSTS, cursor=12, read=40)
+    assert read.prepare() is not None
     # a read begun longer ago than the bound is deleted, not continued
     conn.execute("UPDATE calibration_read SET started_at = now() - %s - interval '1 minute'", (READ_MAX_AGE,))
     assert read.prepare() is None

@@ -2,8 +2,9 @@
 -- that a run stopped while reading continues from there (worker/calibration/read.py). One row per
 -- source (its key: 'db', 'api', 'file:<path>'), whatever the model set: the read does not depend on
 -- the models. Only what the questions are built from is kept: each topic's opening post (its HTML)
--- and the ids of its accepted answers. The run deletes the row once it has recorded its outcome in
--- stage_calibrations, with --restart, or when the read began more than READ_MAX_AGE ago.
+-- and the ids of its accepted answers. A run deletes its source's row once it ends, with --restart,
+-- or when the read began more than READ_MAX_AGE ago; a run saves only into the row it began or
+-- continued (started_at), so two runs of one source never mix their reads.
 CREATE TABLE calibration_read (
     source      text        PRIMARY KEY,
     cursor      bigint,                              -- the last saved batch's resume token (SourceBatch.cursor)
