@@ -42,6 +42,15 @@ class Batches:
             yield batch
 
 
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def spy(cls: type, monkeypatch: pytest.MonkeyPatch) -> Batches:
     batches = Batches(cls.read)  # type: ignore[attr-defined]
 
@@ -87,7 +96,6 @@ def test_a_run_stopped_while_reading_continues_the_read_and_builds_the_same_ques
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from backfill.calibrate import run
     from backfill.sources.file import FileSource
@@ -126,8 +134,16 @@ def test_a_run_stopped_while_reading_continues_the_read_and_builds_the_same_ques
 
     # The same command continues from the saved cursor: only the 5 remaining batches are read.
     batches.yielded, batches.stop_after, batches.cursors = 0, None, []
-    caplog.set_level(logging.INFO)
-    assert calibrate(tmp_path / "stopped") == 0
+    records = Records()
+    backfill_log = logging.getLogger("backfill")  # whatever another test left on the root logger
+    level = backfill_log.level
+    backfill_log.addHandler(records)
+    backfill_log.setLevel(logging.INFO)
+    try:
+        assert calibrate(tmp_path / "stopped") == 0
+    finally:
+        backfill_log.removeHandler(records)
+        backfill_log.setLevel(level)
     assert batches.cursors == [cursor]
     assert batches.yielded == all_batches - 3
     resumed = built[-1]
@@ -137,7 +153,7 @@ def test_a_run_stopped_while_reading_continues_the_read_and_builds_the_same_ques
     assert out["questions"]["solved_topics"] == whole["questions"]["solved_topics"]
     assert saved_read(url) is None
     # progress counts from where the read continued: the posts left, not the whole forum
-    caplog_lines = [r.getMessage() for r in caplog.records]
+    caplog_lines = [r.getMessage() for r in records.records]
     reading = [line for line in caplog_lines if line.startswith(f"calibrate: reading file:{SAMPLE} ")]
     assert any(f"continuing after post {cursor} ({3 * BATCH} posts read before)" in x for x in caplog_lines)
     assert reading, "no progress line for the read"
