@@ -48,10 +48,12 @@ FAST_MARKS := not integration and not slow
 test-fast: venv
 	$(BIN)/pytest -m "$(FAST_MARKS)" -p no:cacheprovider $(ARGS)
 
-# What the gate derives from its rules (gate/derived.json, gate.derived): run it after editing
-# a file of gate/rules/; tests/gate/test_derived.py fails until it is run.
+# Every artefact of the gate (gate/derived.json, the lexical head gate/lexical.json, the embedding
+# layer gate/intent/<model>.json) from its inputs, and gate/manifest.json with their checksums: run it
+# after editing a rule or a labelled set; tests/gate/test_manifest.py fails until it is run. A step
+# whose inputs did not change is skipped (ARGS=--fresh builds everything again).
 gate: venv
-	$(BIN)/python -m gate.build
+	$(BIN)/python -m gate.build $(ARGS)
 
 demo: venv services
 	$(BIN)/python -m eval.demo $(ARGS)

@@ -4,7 +4,7 @@ The pipeline already embeds every question for recall (the same model as the ind
 reuses that vector, so it costs no model call, only two small matrix-vector products.
 
 What it holds (``gate/intent/<model>.json``, one file per embedding model, written by
-``python -m eval.bench gate_intent train`` from ``gate/intent/exemplars.jsonl``):
+``make gate`` (``gate.train.intent``) from ``gate/intent/exemplars.jsonl``):
 
 - the embeddings of the labelled exemplars: harmful requests (with their category) and benign
   look-alikes and ordinary forum questions, French and English, written for each category and never
@@ -175,7 +175,7 @@ class IntentLayer:
             if not entry.is_file():
                 raise IntentError(
                     f"no intent exemplars for embedding model {model!r} (gate/intent/{name}); "
-                    "embed them with `python -m eval.bench gate_intent train` or turn the layer off"
+                    "embed them with `make gate` or turn the layer off"
                 )
             text, source = entry.read_text(encoding="utf-8"), f"gate/intent/{name} (shipped)"
         else:

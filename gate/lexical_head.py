@@ -5,7 +5,7 @@ request the rules' authors never wrote can still score as harmful from its vocab
 the rules' normalised text (``gate.normalize``), so the same tricks are undone first, and it reads
 French and English alike (no embedding model: its words are its features).
 
-What it holds (``gate/lexical.json``, written by ``python -m eval.bench gate_lexical train``):
+What it holds (``gate/lexical.json``, written by ``make gate``, ``gate.train.lexical``):
 
 - ``weights``: a logistic regression's weight per feature and ``bias``; the score of a unit of
   text is ``bias + sum of its features' weights`` (a logit), and the head hits at ``threshold`` or

@@ -6,6 +6,7 @@ import functools
 import itertools
 import logging
 import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import redis as redis_lib
 from eval.stack.launcher import Launcher
 from eval.stack.postgres import drop_database, ensure_database
 from gate import Gate
-from tests.services import own, postgres_for_tests, redis_for_tests, unavailable
+from tests.services import XDIST_WORKER, own, postgres_for_tests, redis_for_tests, unavailable
 from worker.settings import Settings
 
 TEST_DIMENSION = 8
@@ -27,6 +28,14 @@ _counter = itertools.count()
 # integration tier whatever its own marks say, so `make test-fast` (-m "not integration and not slow")
 # can never start PostgreSQL or Redis.
 SERVICE_FIXTURES = frozenset({"services", "pg_server", "redis_server"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if XDIST_WORKER:
+        # An xdist worker ignores SIGINT, and the processes a test starts inherit that: Python turns
+        # SIGINT into KeyboardInterrupt only when its parent left it at its default, so a test's Ctrl-C
+        # to a child would be lost. Restored here, children get SIGINT as a terminal would send it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

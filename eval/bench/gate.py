@@ -26,54 +26,23 @@ import dataclasses
 import json
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eval.bench.report import emit, print_table
 from gate import Gate, normalize
-from worker.html_text import html_to_text
+from gate.train.data import FORUM as FORUM
+from gate.train.data import PROBES as PROBES
+from gate.train.data import forum_questions as forum_questions
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO.parent / "shared" / "data"
-PROBES = DATA / "gate-probes-dev.jsonl"
-FORUM = DATA / "urho3d"
 _NAIVE_WORDS = ("bomb", "explosive", "meth", "suicide", "keylogger", "ransomware", "dox", "phishing")
-
-
-def cooked_to_text(cooked: str) -> str:
-    """Discourse cooked HTML to plain text on one line (``worker.html_text``, whitespace collapsed)."""
-    return " ".join(html_to_text(cooked).split())
 
 
 def probe_texts(path: Path = PROBES) -> list[str]:
     return [
         json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
     ]
-
-
-def forum_questions(root: Path = FORUM, limit: int = 1000) -> list[str]:
-    """Dev questions first, then first posts of the remaining topics, ``limit`` in all."""
-    questions: list[str] = []
-    seen: set[int] = set()
-    dev = root / "eval" / "questions-dev.jsonl"
-    for line in dev.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        questions.append(row["question"])
-        seen.update(int(t) for t in row["gold_topic_ids"])
-    for topic_id, text in _first_posts(root / "topics"):
-        if len(questions) >= limit:
-            break
-        if topic_id not in seen:
-            questions.append(text)
-    return questions[:limit]
-
-
-def _first_posts(folder: Path) -> Iterator[tuple[int, str]]:
-    for path in sorted(folder.glob("*.json"), key=lambda p: int(p.stem)):
-        topic = json.loads(path.read_text(encoding="utf-8"))
-        posts = topic.get("post_stream", {}).get("posts", [])
-        if posts and posts[0].get("post_number") == 1:
-            yield int(topic["id"]), cooked_to_text(posts[0].get("cooked", ""))
 
 
 def time_each(

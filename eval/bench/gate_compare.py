@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from eval.bench.gate import FORUM, PROBES, forum_questions, percentile, time_each
-from eval.bench.gate_lexical import archive_texts
 from eval.bench.report import emit, print_table
 from gate import Gate
+from gate.train.lexical import archive_texts
 
 REPO = Path(__file__).resolve().parents[2]
 LABELLED = (

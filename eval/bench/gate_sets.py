@@ -98,8 +98,8 @@ def main(argv: Sequence[str]) -> int:
     gate = Gate.load()
     intent = embed = None
     if args.intent:
-        from eval.bench.gate_intent import cached_vectors
-        from eval.bench.gate_intent import embedder as local_embedder
+        from gate.train.intent import cached_vectors
+        from gate.train.intent import embedder as local_embedder
 
         intent = IntentLayer.load()
         embedder = local_embedder()

@@ -100,10 +100,6 @@ def test_the_excerpt_column_is_filled_after_the_post_pass_and_alone_with_excerpt
     assert '"embedded": 0, "skipped": 3' in capsys.readouterr().out
 
 
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_prints_one_summary_records_interrupted_and_the_same_command_resumes(
     env: tuple[str, Path],
 ) -> None:
@@ -116,9 +112,6 @@ def test_ctrl_c_prints_one_summary_records_interrupted_and_the_same_command_resu
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # Ctrl-C as a terminal sends it: Python turns SIGINT into KeyboardInterrupt only when its parent
-        # left SIGINT at its default, and a pytest-xdist worker ignores it (its children inherit that).
-        preexec_fn=_sigint_default,
     )
     try:
         deadline = time.monotonic() + 120

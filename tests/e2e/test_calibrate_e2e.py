@@ -34,5 +34,5 @@ def test_calibrate_runs_with_the_http_embedder_and_reranker_the_worker_uses(
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text("utf-8"))
     assert result["decision"] == "too_little_data"
-    assert result["model_set"] == "test-model+lexical-en"
+    assert result["model_set"] == "test-model+lexical-en+ce:test-model"  # the reranker's logit is a feature
     assert "shipped weights stay" in done.stdout

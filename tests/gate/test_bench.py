@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from eval.bench.gate import FORUM, PROBES, cooked_to_text, forum_questions, percentile, probe_texts, time_each
+from eval.bench.gate import FORUM, PROBES, forum_questions, percentile, probe_texts, time_each
 from gate import Gate
+from gate.train.data import cooked_to_text
 
 
 def test_cooked_to_text() -> None:

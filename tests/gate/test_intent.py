@@ -162,7 +162,7 @@ def test_a_linear_head_of_another_size_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_logistic_fit_separates_and_is_deterministic() -> None:
-    from eval.bench.gate_head import fit_logistic
+    from gate.train.head import fit_logistic
 
     rng = np.random.default_rng(3)
     x = np.vstack([rng.normal(1.0, 0.5, (40, 4)), rng.normal(-1.0, 0.5, (60, 4))])
@@ -206,7 +206,7 @@ def test_a_lexical_floor_round_trips_and_a_broken_one_is_refused(tmp_path: Path)
 
 def test_the_shipped_layers_floor_was_set_for_the_shipped_lexical_head() -> None:
     # The floor is a logit of one lexical head: refitting the head without recalibrating the layer
-    # (`python -m eval.bench gate_intent train`) would move every question against it.
+    # (`make gate`) would move every question against it.
     from importlib import resources
 
     layer = IntentLayer.load()

@@ -17,7 +17,6 @@ import pytest
 
 from eval.bench.gate import FORUM, forum_questions
 from eval.bench.gate_compare import labelled_texts
-from eval.bench.gate_lexical import archive_texts
 from gate.matcher import _SPLIT_WORDS, DEFAULT_MAX_CHARS, _Heads, _Question
 from gate.normalize import (
     _EDGE_LEET,
@@ -37,6 +36,7 @@ from gate.normalize import (
     fold,
     normalize,
 )
+from gate.train.lexical import archive_texts
 
 _TOKEN_CHAR = re.compile(r"[\w@$€|!]")
 

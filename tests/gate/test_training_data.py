@@ -1,4 +1,4 @@
-"""The heads' training data (eval/bench/_gate_training.py, eval/data/gate-train/): its shape, and
+"""The heads' training data (gate/train/data.py, eval/data/gate-train/): its shape, and
 that nothing measured is trained on."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.bench._gate_training import (
+from gate import Gate
+from gate.train.data import (
     HELDOUT,
     TRAINING,
     TUNED_HELDOUT,
@@ -18,7 +19,6 @@ from eval.bench._gate_training import (
     read_set,
     training_rows,
 )
-from gate import Gate
 
 TRAINING_FILES = sorted(TRAINING.glob("*.jsonl"))
 

@@ -1,7 +1,8 @@
 """The labelled lines the gate's two learned heads are fitted on: one list, for both.
 
-The lexical head (``gate_lexical train``) and the embedding layer's linear head (``gate_intent train
---head linear``) learn from the same lines:
+The lexical head (``gate.train.lexical``) and the embedding layer's linear head (``gate.train.intent``),
+both refitted by ``make gate`` (``python -m gate.build``), learn from the same lines (every set and
+its role: ``eval/data/gate-heldout/../README.md``, i.e. ``eval/data/README.md``):
 
 - the embedding layer's exemplars (``gate/intent/exemplars.jsonl``: ``label`` is a category or
   ``benign``);
@@ -19,12 +20,17 @@ of theirs).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from gate.intent import BENIGN, exemplars_text
 
 REPO = Path(__file__).resolve().parents[2]
+DATA = REPO.parent / "shared" / "data"
+"""The data beside the clone (not in the repository): the forum archive and the probe file."""
+PROBES = DATA / "gate-probes-dev.jsonl"
+FORUM = DATA / "urho3d"
 REGRESSION = REPO / "tests" / "gate"
 HELDOUT = REPO / "eval" / "data" / "gate-heldout"
 TRAINING = REPO / "eval" / "data" / "gate-train"
@@ -131,3 +137,48 @@ def training_rows() -> list[Labelled]:
     for path in labelled_files():
         rows += read_set(path)
     return [row for row in rows if row.text.casefold().strip() not in measured]
+
+
+def cooked_to_text(cooked: str) -> str:
+    """Discourse cooked HTML to plain text on one line (``worker.html_text``, whitespace collapsed)."""
+    from worker.html_text import html_to_text
+
+    return " ".join(html_to_text(cooked).split())
+
+
+def forum_questions(root: Path = FORUM, limit: int = 1000) -> list[str]:
+    """Dev questions first, then first posts of the remaining topics, ``limit`` in all."""
+    questions: list[str] = []
+    seen: set[int] = set()
+    dev = root / "eval" / "questions-dev.jsonl"
+    for line in dev.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        questions.append(row["question"])
+        seen.update(int(t) for t in row["gold_topic_ids"])
+    for topic_id, text in _first_posts(root / "topics"):
+        if len(questions) >= limit:
+            break
+        if topic_id not in seen:
+            questions.append(text)
+    return questions[:limit]
+
+
+def _first_posts(folder: Path) -> Iterator[tuple[int, str]]:
+    for path in sorted(folder.glob("*.json"), key=lambda p: int(p.stem)):
+        topic = json.loads(path.read_text(encoding="utf-8"))
+        posts = topic.get("post_stream", {}).get("posts", [])
+        if posts and posts[0].get("post_number") == 1:
+            yield int(topic["id"]), cooked_to_text(posts[0].get("cooked", ""))
+
+
+def archive_posts(root: Path = FORUM) -> tuple[list[int], list[str]]:
+    """(id, text) of every post of the Urho3D archive, cooked HTML to text."""
+    ids: list[int] = []
+    texts: list[str] = []
+    for path in sorted((root / "topics").glob("*.json"), key=lambda p: int(p.stem)):
+        for post in json.loads(path.read_text(encoding="utf-8"))["post_stream"]["posts"]:
+            text = cooked_to_text(post.get("cooked", ""))
+            if text:
+                ids.append(int(post["id"]))
+                texts.append(text)
+    return ids, texts

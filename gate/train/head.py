@@ -1,8 +1,8 @@
 """The embedding layer's linear head: a logistic regression over question embeddings.
 
-``python -m eval.bench gate_intent train --head linear`` fits it on:
+``gate.train.intent`` (``make gate``) fits it on:
 
-- harmful (label 1) and look-alikes (label 0): the lines of ``eval/bench/_gate_training.py`` (the
+- harmful (label 1) and look-alikes (label 0): the lines of ``gate/train/data.py`` (the
   same lines as the lexical head: exemplars, regression sets, held-out sets already tuned on, the
   training sets; never an untuned held-out set);
 - forum text (label 0): the 1,000 forum questions of ``python -m eval.bench gate`` and every post
@@ -13,7 +13,7 @@ Each of the three groups weighs the same in the loss whatever its size (harmful,
 forum), with an L2 penalty; fitted by Newton's method (IRLS), so the result is deterministic.
 The threshold, on the logit, is the highest of: the top forum score + ``--margin``, and the score
 that lets at most ``--benign-rate`` of the look-alikes through out of fold. The forum texts are
-training data too, so the first part is in sample; ``gate_intent train`` also reports the forum
+training data too, so the first part is in sample; ``gate.train.intent`` also reports the forum
 texts' false blocks out of fold (``docs/gate.md`` says so).
 """
 
