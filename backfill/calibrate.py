@@ -9,11 +9,14 @@ post and its accepted answers are kept. A question is kept when one of its accep
 index (citable, as the backfill decided): the others cannot be found whatever the weights.
 
 Progress is shown as the backfill shows it (``backfill.progress.Progress``: a bar on a terminal, a log
-line every ``--progress-every`` seconds otherwise), for the read (posts) and for the questions. The
-questions' work is saved as it goes (``worker.calibration.work``): Ctrl-C or SIGTERM while they are
-asked prints one summary, records the run as ``interrupted`` and exits 130, and the same command
-continues without asking the saved questions again. The read is not saved: a stopped run reads the
-forum again (through the API, the walk of the forum is then paid again).
+line every ``--progress-every`` seconds otherwise), for the read (posts) and for the questions.
+
+Both phases are saved as they go. The read (``worker.calibration.read``): after each batch the source
+yields, the posts kept and the source's cursor; Ctrl-C or SIGTERM while reading exits 130, and the same
+command continues the read from there (its progress counts the posts left) instead of walking the forum
+again. The questions' work (``worker.calibration.work``): Ctrl-C or SIGTERM while they are asked prints
+one summary, records the run as ``interrupted`` and exits 130, and the same command continues without
+reading the forum or asking the saved questions again. A run that ends deletes its saved read.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from backfill.compose import build_source
 from backfill.progress import Progress
 from backfill.sources import PostSource, SourcePost
 from worker.calibration.questions import CalibrationQuestion, shipped_out_of_domain, solved_questions
+from worker.calibration.read import KeptPost, ReadState, SavedRead, kept
 from worker.calibration.run import NOT_DUE, CollectInterrupted, Outcome, calibrate, record_interrupted
 from worker.calibration.store import figures_table
 from worker.errors import CitebotError, ConfigError
@@ -43,18 +47,62 @@ from worker.settings import Settings
 
 log = logging.getLogger(__name__)
 
+READ_BATCH = 1000  # posts a batch asks of the source (the API's page is what Discourse returns: 50)
+
 
 def read_posts(source: PostSource, progress: Progress | None = None) -> Iterator[SourcePost]:
     """Every post the source walks (in its order), ``progress`` advanced per batch."""
     n = 0
     started = time.perf_counter()
-    for batch in source.read(None, batch_size=1000):
+    for batch in source.read(None, batch_size=READ_BATCH):
         for post in batch.posts:
             n += 1
             yield post
         if progress is not None:
             progress.advance(len(batch.posts))
     log.info("calibrate: %d posts read (%.0f s)", n, time.perf_counter() - started)
+
+
+def read_kept(
+    source: PostSource,
+    saved: SavedRead,
+    state: ReadState | None,
+    progress: Progress | None = None,
+    *,
+    batch_size: int = READ_BATCH,
+) -> tuple[list[KeptPost], int | None]:
+    """The posts the questions are built from (``kept``), read from the source past the saved
+    ``state``'s cursor (from the start without one; not at all once it is ``done``), each batch's
+    kept posts saved with its cursor as soon as it is read; and the read's API requests so far (None
+    for a source that makes none). ``progress`` counts the posts this call reads."""
+    posts = saved.load() if state is not None else []
+    before = (state.requests or 0) if state is not None else 0
+
+    def requests() -> int | None:  # the read's API requests: the stopped runs' and this one's
+        made = getattr(source, "requests", None)
+        return None if made is None else before + int(made)
+
+    if state is not None and state.done:
+        return posts, requests()
+    cursor = state.cursor if state is not None else None
+    n = state.posts_read if state is not None else 0
+    started = time.perf_counter()
+    for batch in source.read(cursor, batch_size=batch_size):
+        new = [k for k in map(kept, batch.posts) if k is not None]
+        n += len(batch.posts)
+        cursor = batch.cursor
+        saved.save(new, cursor=cursor, read=n, requests=requests())
+        posts.extend(new)
+        if progress is not None:
+            progress.advance(len(batch.posts))
+    saved.save((), cursor=cursor, read=n, requests=requests(), done=True)
+    log.info(
+        "calibrate: %d posts read (%.0f s in this run), %d kept",
+        n,
+        time.perf_counter() - started,
+        len(posts),
+    )
+    return posts, requests()
 
 
 def _progress(args: argparse.Namespace, total: int | None, label: str, unit: str, **kw: Any) -> Progress:
@@ -113,9 +161,11 @@ def run(
     *,
     embedder: Embedder | None = None,
     reranker: Reranker | None = None,
+    read_batch: int = READ_BATCH,
 ) -> int:
     """Read, build, calibrate, print (and with ``args.out`` write) the outcome; ``embedder`` and
-    ``reranker`` instead of the configured ones (tests)."""
+    ``reranker`` instead of the configured ones, ``read_batch`` posts asked of the source per batch
+    (tests)."""
     from worker.db.connect import connect
     from worker.retrieval.factory import build_retriever
     from worker.retrieval.recall import single_connection
@@ -124,22 +174,28 @@ def run(
     source = open_source(settings, args)
     bot = settings.discourse.bot_username
     try:
-        with _progress(args, source.estimate(None), f"calibrate: reading {source.key}", "post") as bar:
-            built = solved_questions(read_posts(source, bar), bot_username=bot)
+        conn = connect(settings.database, autocommit=True)
+    except BaseException:
+        _close(source)
+        raise
+    saved = SavedRead(conn, source.key)
+    try:
+        posts, requests = _read(source, saved, args, read_batch)
     except KeyboardInterrupt:
+        conn.close()
         print(
-            "citebot: interrupted while reading the forum; nothing is saved yet: run the same command "
-            "again to start it again",
+            "citebot: interrupted while reading the forum; what was read is saved: run the same command "
+            "again to continue the read",
             file=sys.stderr,
         )
         return 130
+    except BaseException:
+        conn.close()
+        raise
     finally:
-        close = getattr(source, "close", None)
-        if close is not None:
-            close()
-    requests = getattr(source, "requests", None)
+        _close(source)
+    built = solved_questions(posts, bot_username=bot)
     read_s = time.perf_counter() - started
-    conn = connect(settings.database, autocommit=True)
     stopped: CollectInterrupted | None = None
     try:
         answerable = indexed(conn, built)
@@ -191,8 +247,9 @@ def run(
                 if_new=getattr(args, "if_new", None),
                 extra=extra,
                 resume=not getattr(args, "restart", False),
-                on_question=lambda saved: bar.advance(1, embedded=int(not saved), skipped=int(saved)),
+                on_question=lambda reused: bar.advance(1, embedded=int(not reused), skipped=int(reused)),
             )
+        saved.clear()  # the run is over: the next one reads the forum again
     except CollectInterrupted as exc:
         stopped = exc
     finally:
@@ -215,6 +272,34 @@ def run(
         )
         return 1
     return 0
+
+
+def _read(
+    source: PostSource, saved: SavedRead, args: argparse.Namespace, batch_size: int
+) -> tuple[list[KeptPost], int | None]:
+    """The read of ``run``: the saved one continued (or discarded with ``--restart``), progress shown
+    for the posts left."""
+    if getattr(args, "restart", False):
+        saved.clear()
+    state = saved.prepare()
+    label = f"calibrate: reading {source.key}"
+    total: int | None
+    if state is not None and state.done:
+        log.info("%s: read to its end by a stopped run (%d posts), not read again", label, state.posts_read)
+        total = 0
+    elif state is not None:
+        log.info("%s: continuing after post %s (%d posts read before)", label, state.cursor, state.posts_read)
+        total = source.estimate(state.cursor)
+    else:
+        total = source.estimate(None)
+    with _progress(args, total, label, "post") as bar:
+        return read_kept(source, saved, state, bar, batch_size=batch_size)
+
+
+def _close(source: PostSource) -> None:
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
 
 
 def _interrupted(settings: Settings, stopped: CollectInterrupted, source: str, *, as_json: bool) -> int:

@@ -62,7 +62,8 @@ def register(group: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--restart",
         action="store_true",
-        help="ask every question again (by default a stopped run's saved questions are reused)",
+        help="read the forum and ask every question again (by default a stopped run's saved read and "
+        "questions are reused)",
     )
     group.add_argument(
         "--progress", choices=("auto", "bar", "log"), default="auto", help="progress bar or log lines"
