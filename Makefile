@@ -46,7 +46,7 @@ test: lint typecheck pytest
 # (tests/conftest.py); `make test` runs both tiers against the real services, and CI runs `make test`.
 FAST_MARKS := not integration and not slow
 test-fast: venv
-	$(BIN)/pytest -m "$(FAST_MARKS)" -p no:cacheprovider $(ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "$(FAST_MARKS)" -p no:cacheprovider $(ARGS)
 
 # Every artefact of the gate (gate/derived.json, the lexical head gate/lexical.json, the embedding
 # layer gate/intent/<model>.json) from its inputs, and gate/manifest.json with their checksums: run it
