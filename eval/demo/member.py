@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 
 # Markdown links the sanitizer writes: [n](<base>/t/<slug>/<topic_id>/<post_number>)
+_TOPIC_URL = re.compile(r"/t/[^/\s]+/(?P<topic>\d+)(?:/\d+)?/?$")
 _LINK = re.compile(r"\]\((?P<url>[^)\s]*/t/[a-z0-9-]+/\d+(?:/\d+)?)\)")
 _PATH = re.compile(r"^/t/(?P<slug>[a-z0-9-]+)/(?P<topic>\d+)(?:/(?P<post>\d+))?$")
 
@@ -20,6 +21,8 @@ class Question:
     label: str
     title: str
     raw: str
+    # the forum topic whose answer the reply should cite first (0: none, the bot should abstain)
+    expect_topic: int = 0
     topic_id: int = 0
     post_id: int = 0
     post_number: int = 1
@@ -134,3 +137,9 @@ def add_member(http: httpx.Client, base_url: str, admin_session: str, username: 
 def links_in(raw: str) -> list[str]:
     """The citation links in a reply, in order, without repeats."""
     return list(dict.fromkeys(m["url"] for m in _LINK.finditer(raw)))
+
+
+def cited_topic(url: str) -> int | None:
+    """The topic id of a citation link (``…/t/<slug>/<topic id>[/<post number>]``), None for another URL."""
+    m = _TOPIC_URL.search(url)
+    return int(m["topic"]) if m else None

@@ -32,7 +32,8 @@ import httpx
 import psycopg
 
 from eval.demo.index import start_index
-from eval.demo.member import ForumMember, Question, Reply, add_member, links_in
+from eval.demo.member import ForumMember, Question, Reply, add_member, cited_topic, links_in
+from eval.demo.sample import DEMO_TOPICS
 from eval.demo.show import Steps, print_reply
 from eval.stack.launcher import Launcher, base_env, citebot_env, webhook_url
 from eval.stack.postgres import EmbeddedPostgres, ensure_database
@@ -51,6 +52,7 @@ QUESTIONS = (
         "a question the forum answers",
         "Converting an FBX model for Urho3D",
         "@citebot How do I convert an FBX or OBJ model to Urho3D's .mdl format?",
+        expect_topic=DEMO_TOPICS[0],  # "API to import a FBX or OBJ model?": AssetImporter's answer
     ),
     Question(
         "a question it cannot answer",
@@ -421,6 +423,10 @@ class Demo:
             problems.append(f"answerable question: state {a_row.get('state')}, zone {a_row.get('zone')}")
         if not links:
             problems.append("answerable question: the reply cites no post")
+        elif cited_topic(links[0]) != answered_q.expect_topic:
+            problems.append(
+                f"answerable question: the first source is {links[0]}, not topic {answered_q.expect_topic}"
+            )
         bad = [url for url in links if not member.resolves(url)[0]]
         if bad:
             problems.append(f"links that do not resolve on the forum: {bad}")
@@ -432,7 +438,9 @@ class Demo:
         say = self.steps.say
         say(
             f"      answerable question: {a_row.get('state')} ({a_row.get('zone')} zone), "
-            f"{len(links)} link(s), {len(links) - len(bad)} resolve on the forum"
+            f"{len(links)} link(s), {len(links) - len(bad)} resolve on the forum, "
+            f"first source topic {cited_topic(links[0]) if links else '-'} "
+            f"(expected {answered_q.expect_topic})"
         )
         say(f"      unanswerable question: {b_row.get('state')} ({b_row.get('zone')} zone), no links")
         for problem in problems:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.demo.member import links_in
+from eval.demo.member import cited_topic, links_in
 from eval.demo.run import QUESTIONS, ROOT, SAMPLE
 from eval.demo.sample import DEMO_TOPICS, build_sample
 from eval.demo.show import stage_line
@@ -30,6 +30,17 @@ def test_links_in_reads_the_server_written_links_once_each() -> None:
         "- not a citation: [docs](https://example.org/guide) and /t/bare/1/2"
     )
     assert links_in(raw) == ["http://127.0.0.1:4200/t/fbx-import/4413/3", "/t/other-topic/999"]
+
+
+def test_cited_topic_reads_the_topic_id_of_a_citation_link() -> None:
+    assert cited_topic("http://127.0.0.1:4200/t/fbx-import/4413/3") == 4413
+    assert cited_topic("/t/other-topic/999") == 999
+    assert cited_topic("https://example.com/docs") is None
+
+
+def test_the_demo_expects_its_answerable_question_to_cite_the_fbx_topic() -> None:
+    assert QUESTIONS[0].expect_topic == DEMO_TOPICS[0] == 4413
+    assert QUESTIONS[1].expect_topic == 0  # the cake: nothing to cite
 
 
 def test_stage_line_lists_the_stages_in_order_with_the_post_stage_last() -> None:
@@ -165,6 +176,8 @@ def test_make_demo_answers_one_question_with_resolving_links_and_abstains_on_the
     assert "unanswerable question: abstained (abstain zone), no links" in out
     resolving = re.findall(r"link ✓ (\S+/t/[a-z0-9-]+/\d+/\d+)", out)
     assert resolving, out
+    # the printed example question is answered from the right topic, cited first
+    assert f"first source topic {DEMO_TOPICS[0]} (expected {DEMO_TOPICS[0]})" in out, out
     assert "link ✗" not in out
     # the shipped path: the second stage ranks (a cross-encoder, where one is configured, re-reads it)
     assert re.search(r"stages: load .* (stage|rerank) [\d.]+ ms .* post \d", out)
