@@ -123,6 +123,21 @@ def test_triggers_never_change_a_decision(gate: Gate) -> None:
         assert gate.check(text) == without.check(text), text
 
 
+@pytest.mark.slow
+def test_alternatives_never_change_a_decision(gate: Gate) -> None:
+    """Each alternative of a rule tried alone at the word starts where its matches begin, in the
+    sentences that hold its needs, decides like the rule's joined pattern scanned at every position:
+    every labelled line, the training sets and 300 forum questions (``python -m eval.bench
+    gate_decisions --archive`` checks the archive too)."""
+    scanned = Gate(gate.rules, lexical=gate.lexical, timeout_ms=DECIDE_MS)
+    assert sum(a is not None for a in scanned._alternatives) >= 50
+    scanned._alternatives = [None] * len(gate.rules.rules)
+    training = sorted((HERE.parents[1] / "eval" / "data" / "gate-train").glob("*.jsonl"))
+    rows = CASES + HELDOUT + BLIND + V2 + BLIND_5 + load(PROBES) + [r for p in training for r in load(p)]
+    for text in [row["text"] for row in rows] + forum_questions(FORUM, limit=300):
+        assert gate.check(text) == scanned.check(text), text
+
+
 HELD_OUT = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-4.jsonl")
 
 

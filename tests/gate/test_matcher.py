@@ -218,7 +218,8 @@ def test_a_rule_is_searched_in_the_sentences_that_hold_its_triggers(
     # "\u093e" is a letter to regex, not to re: where the engines read other words, a trigger is
     # looked for anywhere in the sentence.
     normalized = normalize(text)
-    assert _Question(normalized).sentences(groups) == _reference_spans(normalized, groups)
+    found = [(s.start, s.end) for s in _Question(normalized).sentences(groups)]
+    assert found == _reference_spans(normalized, groups)
 
 
 def test_the_shipped_rules_are_searched_where_their_triggers_are() -> None:
@@ -228,7 +229,8 @@ def test_the_shipped_rules_are_searched_where_their_triggers_are() -> None:
         normalized = normalize(text[: SHIPPED.max_chars])
         question = _Question(normalized)
         for rule in SHIPPED.rules.rules:
-            assert question.sentences(rule.triggers) == _reference_spans(normalized, rule.triggers), rule.id
+            found = [(s.start, s.end) for s in question.sentences(rule.triggers)]
+            assert found == _reference_spans(normalized, rule.triggers), rule.id
 
 
 def test_words_both_engines_read_alike_are_split_once() -> None:
@@ -259,3 +261,31 @@ near = [['\\bmake\\b', '\\b(?:napalm|thermite)\\b']]
 exceptions = ['\\bgame\\b']
 exception_window = 12
 """
+_NEAR_WORDS = "i me make how to build bomb guns gun napalm thermite game a x . ! ; but".split()  # noqa: SIM905
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_NEAR_WORDS), max_size=24))
+def test_the_alternatives_tried_alone_find_the_matches_of_a_scan(words: list[str]) -> None:
+    # Each alternative is tried alone at its own word starts, in the sentences that hold its needs:
+    # the same matches, in the same order, as a scan of every position with the joined pattern, so
+    # the same decisions (exceptions scoped to each match).
+    gate = Gate(parse_rules(_NEAR_RULES, source="t"))
+    rule = gate.rules.rules[0]
+    alternatives = gate._alternatives[0]
+    assert alternatives is not None
+    assert len(alternatives) == 4  # two patterns, and the near group in either order
+    text = normalize(" ".join(words))
+    question = _Question(text)
+    for sentence in question.sentences(rule.triggers):
+        found = [m.span() for m in gate._matches(rule, alternatives, question, sentence)]
+        assert found == [m.span() for m in rule.pattern.finditer(text, sentence.start, sentence.end)], text
+    scan = Gate(gate.rules)
+    scan._alternatives = [None]
+    assert gate.check(text) == scan.check(text), text
+
+
+def test_an_alternative_without_known_starts_leaves_its_rule_scanned() -> None:
+    gate = Gate(parse_rules(rules(r"\bmake a bomb|bomb", second=False), source="t"))
+    assert gate._alternatives == [None]  # "bomb" may start inside a word
+    assert gate.check("an abomb").hit
