@@ -307,9 +307,13 @@ class Gate:
             yield from rule.pattern.finditer(text, s, e, timeout=timeout)
             return
         tried: dict[int, list[_Alternative]] = {}
+        heads = sentence.heads()
         for alternative in alternatives:
-            if all(sentence.begins(need) for need in alternative.needs):
-                for start in set(question.starts(alternative.starts, s, e)):
+            if any(map(heads.isdisjoint, alternative.needs)):
+                continue  # a word every match of it holds is not in the sentence
+            first = alternative.starts & heads  # the beginnings of its first word found here
+            if first:
+                for start in set(question.starts(first, s, e)):
                     tried.setdefault(start, []).append(alternative)
         at = s
         for start in sorted(tried):
@@ -531,10 +535,6 @@ class _Sentence:
         """Whether one of ``words`` or ``heads`` is anywhere in the sentence, inside words too (a
         trigger group's, where ``re`` and ``regex`` read other words: see ``_Question``)."""
         return any(needle in self.text for needle in words | heads)
-
-    def begins(self, beginnings: frozenset[str]) -> bool:
-        """Whether a word here begins with one of ``beginnings`` (at most ``PREFIX_HEAD`` letters)."""
-        return not beginnings.isdisjoint(self.heads())
 
     def words(self) -> set[str]:
         if self._words is None:
