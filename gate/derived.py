@@ -125,7 +125,7 @@ def recording(*, fresh: bool = True) -> Iterator[dict[str, dict[str, Any]]]:
     where it holds them (the rest computed)."""
     from gate import literals, rules
 
-    caches = (literals._word_needs, rules._regex)
+    caches = (literals._word_needs, literals.word_beginnings, rules._regex)
     for cache in caches:
         cache.cache_clear()
     _STORE.recorded, _STORE.reuse = {}, not fresh
