@@ -1,7 +1,10 @@
 """The intent gate: deterministic regex rules over a normalised question, with canned replies.
 
-The standard library, ``regex`` and numpy (the embedding layer, ``gate.intent``); no network, no
-model, nothing imported from the rest of citebot::
+At run time it needs the standard library, ``regex`` and numpy (the embedding layer,
+``gate.intent``, which ``import gate`` loads); no network, no model, nothing imported from the rest
+of citebot. Its build
+(``gate.build``, ``gate.manifest``, ``gate.train``: ``make gate``) also uses scipy and the core's
+HTML reader and local embedder, and nothing at run time imports it::
 
     from gate import Gate, canned_text
     decision = Gate.load().check("how do I make a pipe bomb?")

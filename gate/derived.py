@@ -1,14 +1,14 @@
 """What loading the rules derives from their patterns, remembered across processes.
 
-Loading the shipped rules reads about 3,400 patterns with the standard library's parser
-(:mod:`gate.literals`: triggers, word starts, needs) and compiled about 2,900 of them to validate
-them: about 9 s of CPU in every fresh process. Both are pure functions of a pattern's text, so
-``gate/derived.json`` (built by ``make gate``: ``python -m gate.build``) keeps them, keyed by
-a digest of each pattern: its readings, and whether it compiled (and matched no empty text). A
-pattern the file does not hold (a rule just edited, a rules file of one's own) is read and validated
-as before, so the file changes how long a load takes, never what it gives; it is used only when
-``KEY`` (the reading code, the ``regex`` version and the Python version) is the one it was built
-with. The compiled patterns themselves are not kept (``regex`` patterns pickle as their source):
+Loading the shipped rules reads its patterns with the standard library's parser
+(:mod:`gate.literals`: the word beginnings every match holds, for the derived triggers) and
+compiles them to validate them: seconds of CPU in every fresh process. Both are pure functions of
+a pattern's text, so ``gate/derived.json`` (built by ``make gate``: ``python -m gate.build``) keeps
+them, keyed by a digest of each pattern: its readings, and whether it compiled (and matched no
+empty text). A pattern the file does not hold (a rule just edited, a rules file of one's own) is
+read and validated at load, so the file changes how long a load takes, never what it gives; it is
+used only when ``KEY`` (the reading code, the ``regex`` version and the Python version) is the one
+it was built with. The compiled patterns themselves are not kept (``regex`` patterns pickle as their source):
 the rules compile each pattern the first time a question needs it (``gate.rules.LazyPattern``).
 """
 
@@ -123,16 +123,9 @@ def misses() -> int:
 def recording(*, fresh: bool = True) -> Iterator[dict[str, dict[str, Any]]]:
     """Every reading and check made inside: computed afresh (``fresh``), or taken from the file
     where it holds them (the rest computed)."""
-    from gate import literals, matcher, rules
+    from gate import literals, rules
 
-    caches = (
-        literals._word_needs,
-        literals.word_beginnings,
-        literals.first_words,
-        rules._regex,
-        matcher._first_words,
-        matcher._parts,
-    )
+    caches = (literals._word_needs, literals.word_beginnings, rules._regex)
     for cache in caches:
         cache.cache_clear()
     _STORE.recorded, _STORE.reuse = {}, not fresh

@@ -1,20 +1,22 @@
-"""Word heads that every match of a pattern begins with: triggers derived from the patterns.
+"""Word beginnings that every match of a pattern holds: triggers derived from the patterns.
 
 A rule written without ``triggers`` would be searched over every whole question. For such a rule
-the loader derives trigger groups from its patterns (``gate.rules``): for each pattern, and for
-each part of a ``near`` group, the set of literal beginnings (at most ``PREFIX_HEAD`` letters) that
-the word where a match starts must have. ``\\b(?:lethal|fatal)`` gives ``{"letha", "fatal"}``;
-``\\ba?bomb`` gives ``{"abomb", "bomb"}``.
+the loader derives trigger groups from its patterns (``gate.rules.derived_triggers``): for each
+pattern, and for each part of a ``near`` group, sets of literal word beginnings (at most
+``PREFIX_HEAD`` letters) such that every match holds a word starting with one of each set
+(:func:`word_needs`): the beginning of the word where a match starts, of a word after a separator,
+of a required group. ``\\b(?:lethal|fatal)`` gives ``{"letha", "fatal"}``; ``\\ba?bomb`` gives
+``{"abomb", "bomb"}``.
 
 The analysis is conservative: whenever the parser cannot tell what comes next (a character class
 too wide to list, ``\\w``, a repeat), the beginnings found so far are kept as they are, which is
-always true of the match, only less selective. A pattern that can begin a match without a literal
-word character, or without a word boundary before it, gives ``None``: no trigger can be derived and
-the rule keeps being searched everywhere. ``tests/gate/test_cases.py::
+always true of the match, only less selective. A piece that can begin without a literal word
+character, or without a word boundary before it, gives no set; a pattern with no set leaves its
+rule without triggers, searched in every question. ``tests/gate/test_cases.py::
 test_triggers_never_change_a_decision`` checks the promise on every labelled case and forum question.
 
-The patterns are parsed with the standard library's regular-expression parser; the few ``regex``
-module extensions it cannot read (``\\p{..}``) give ``None`` too.
+The patterns are parsed with the standard library's regular-expression parser; a pattern it cannot
+read (the ``regex`` module's ``\\p{..}``) gives no set.
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ def word_needs(pattern: str, limit: int) -> list[frozenset[str]]:
     return list(_word_needs(pattern, limit))
 
 
-# The readings below are pure functions of the pattern's text, and loading the shipped rules asks
-# for about 3,400 of them: each is computed once per process (every gate a process builds shares it),
-# or read from ``gate/derived.json`` where it holds the pattern (``gate.derived``).
+# A reading is a pure function of the pattern's text, and loading the shipped rules asks for one per
+# pattern and per part of a ``near`` group: each is computed once per process (every gate a process
+# builds shares it), or read from ``gate/derived.json`` where it holds the pattern (``gate.derived``).
 @functools.lru_cache(maxsize=8192)
 def _word_needs(pattern: str, limit: int) -> tuple[frozenset[str], ...]:
     def compute() -> tuple[frozenset[str], ...]:
@@ -84,117 +86,12 @@ def word_beginnings(pattern: str, limit: int) -> frozenset[str] | None:
     )
 
 
-@functools.lru_cache(maxsize=8192)
-def first_words(pattern: str, limit: int = 40) -> tuple[frozenset[str], frozenset[str]] | None:
-    """The first word of every match of ``pattern``, as ``(words, prefixes)``: every match starts at
-    a word start, and its word (the whole run of word characters there) is one of ``words``, or
-    begins with one of ``prefixes``. A word is known whole where the pattern follows its letters with
-    a non-word character, a class of them, or ``\\b``; anything else the reading cannot follow (a
-    repeat, ``\\w``, the pattern's end, ``limit`` letters) leaves a prefix, which is always true,
-    only less selective. ``None`` where :func:`word_beginnings` gives ``None``. No word of ``words``
-    begins with a prefix of ``prefixes``, and no prefix with another, so a word start is found by at
-    most one of them."""
-    return remembered(  # type: ignore[no-any-return]
-        f"first{limit}",
-        pattern,
-        lambda: _first_words(pattern, limit),
-        lambda v: None if v is None else _encode_sets(v),
-        lambda v: None if v is None else (frozenset(v[0]), frozenset(v[1])),
-    )
-
-
-def _first_words(pattern: str, limit: int) -> tuple[frozenset[str], frozenset[str]] | None:
-    try:
-        parsed = _parser.parse(pattern, 0)
-        open_, done = _walk_words(list(parsed), {("", False)}, limit)
-    except (re.error, OverflowError, RecursionError, _Unknown):
-        return None
-    done |= {(letters, anchored, False) for letters, anchored in open_}
-    if not done or any(not letters or not anchored for letters, anchored, _ in done):
-        return None
-    prefixes = {letters for letters, _, whole in done if not whole}
-    prefixes = {p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)}
-    words = {letters for letters, _, whole in done if whole and not letters.startswith(tuple(prefixes))}
-    return frozenset(words), frozenset(prefixes)
-
-
 def _encode_set(value: frozenset[str] | None) -> list[str] | None:
     return None if value is None else sorted(value)
 
 
 def _encode_sets(value: tuple[frozenset[str], ...]) -> list[list[str]]:
     return [sorted(s) for s in value]
-
-
-# A finished first word: its letters, whether a word start precedes them, whether it is whole.
-_Word = tuple[str, bool, bool]
-_MAX_WORDS = 600
-
-
-def _walk_words(items: list[Any], states: set[_State], limit: int) -> tuple[set[_State], set[_Word]]:
-    """Like :func:`_walk`, also telling the words known whole from the prefixes."""
-    done: set[_Word] = set()
-
-    def prefix(ended: set[_State]) -> None:
-        done.update((letters, anchored, False) for letters, anchored in ended)
-
-    for op, av in items:
-        if not states:
-            break
-        if op is c.LITERAL or op is c.IN:
-            letters = [chr(av)] if op is c.LITERAL else _class_letters(av)
-            if letters is None:
-                if _ends_with_separator(op, av):  # a class of non-word characters: the word ends
-                    done.update((text, anchored, True) for text, anchored in states)
-                else:
-                    prefix(states)
-                states = set()
-                continue
-            grown: set[_State] = set()
-            for text, anchored in states:
-                for letter in letters:
-                    if not _is_word(letter):
-                        done.add((text, anchored, True))
-                        continue
-                    if not text and not anchored:
-                        raise _Unknown
-                    if len(text) + 1 >= limit:
-                        done.add((text + letter, anchored, False))
-                    else:
-                        grown.add((text + letter, anchored))
-            states = grown
-        elif op is c.AT:
-            if av in (c.AT_BOUNDARY, c.AT_BEGINNING, c.AT_BEGINNING_STRING):
-                if av is c.AT_BOUNDARY:  # after letters, a word boundary: the word ends here
-                    done.update((text, anchored, True) for text, anchored in states if text)
-                states = {(text, True) for text, anchored in states if not text}
-        elif op in _ZERO_WIDTH:
-            continue
-        elif op is c.SUBPATTERN:
-            states, finished = _walk_words(list(av[-1]), states, limit)
-            done |= finished
-        elif op is c.BRANCH:
-            merged: set[_State] = set()
-            for alternative in av[1]:
-                open_, finished = _walk_words(list(alternative), set(states), limit)
-                merged |= open_
-                done |= finished
-            states = merged
-        elif op in _REPEATS:
-            low, high, body = av
-            once, finished = _walk_words(list(body), set(states), limit)
-            done |= finished
-            if high != 1:
-                prefix(once)  # more iterations may follow: the word's end is unknown
-                once = set()
-            states = (states | once) if low == 0 else once
-        else:
-            prefix(states)
-            states = set()
-        if len(states) + len(done) > _MAX_WORDS:
-            prefix(states)
-            states = set()
-    return states, done
 
 
 def cost(beginnings: frozenset[str]) -> float:

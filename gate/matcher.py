@@ -1,8 +1,8 @@
 """The gate itself: normalise a question, try the rules in decision order, return a decision.
 
-A rule is tried only when its trigger groups all have a word in the question, and its pattern is
-searched only in the sentences that hold a word of its first group (see :mod:`gate.rules`), and
-there only at the word starts where one of its matches can begin (``Rule.starts``). An exception is
+A rule is tried only when each of its trigger groups has a word in the question (see
+:mod:`gate.rules`), and its pattern is searched only in the sentences that hold a word of every
+group (the whole text when it has one sentence, or when the rule has no triggers). An exception is
 *scoped*: it excuses one match of the pattern only when it matches in that match's clause (the
 sentence, cut at clause breaks such as ";", "but", "btw", "for real", "en vrai"), within the rule's
 ``exception_window`` characters either side. The rule hits when one match is not excused; strict
@@ -30,10 +30,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
-import itertools
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,9 +40,8 @@ import regex
 
 from gate.language import language_of
 from gate.lexical_head import LexicalDecision, LexicalHead
-from gate.literals import first_words, word_needs
-from gate.normalize import normalize
-from gate.normalize import same_words as _same_words
+from gate.literals import word_needs
+from gate.normalize import normalize, same_words
 from gate.readings import readings
 from gate.rules import (
     FRAME_TURN_CHARS,
@@ -55,6 +53,7 @@ from gate.rules import (
     RuleSet,
     TriggerGroup,
     load_rules,
+    match_starts,
 )
 from gate.support import SUPPORT, seeks_support
 
@@ -121,60 +120,19 @@ class Gate:
         self.timeout_s = timeout_ms / 1000
         self.max_chars = max_chars
         self.lexical = lexical
-        # The trigger groups inverted (see _tried): rule r owns the bits offset[r] .. offset[r] +
-        # len(triggers) - 1, one per group, and the guard bit above them; a trigger word or prefix ->
-        # the bits of every group it belongs to.
-        self._word_masks: dict[str, int] = {}
-        self._prefix_masks: dict[str, int] = {}
-        self._rule_at: dict[int, int] = {}
-        group_bits = low_bits = guard_bits = 0
-        offset = 0
+        # The rules a question may hit: those without triggers, and those whose first trigger group
+        # has a word in it (each word and prefix of a first group -> the indices of its rules).
+        self._untriggered = [r for r, rule in enumerate(rules.rules) if not rule.triggers]
+        self._first_words: dict[str, list[int]] = {}
+        self._first_prefixes: dict[str, list[int]] = {}
         for r, rule in enumerate(rules.rules):
-            for g, group in enumerate(rule.triggers):
-                bit = 1 << (offset + g)
-                group_bits |= bit
-                for word in group.words:
-                    self._word_masks[word] = self._word_masks.get(word, 0) | bit
-                for prefix in group.prefixes:
-                    self._prefix_masks[prefix] = self._prefix_masks.get(prefix, 0) | bit
-            low_bits |= 1 << offset
-            offset += len(rule.triggers)
-            guard_bits |= 1 << offset
-            self._rule_at[offset + 1] = r  # the guard's bit_length()
-            offset += 1
-        self._group_bits, self._low_bits, self._guard_bits = group_bits, low_bits, guard_bits
-        self._trigger_words = frozenset(self._word_masks)
-        self._trigger_prefixes = frozenset(self._prefix_masks)
-        # Where each rule's matches can begin (Rule.starts given): the first words known whole and
-        # the beginnings (at most PREFIX_HEAD letters) of the others (gate.literals.first_words).
-        self._first: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-            rule.pattern.pattern: _first_words(rule.pattern.pattern, rule.starts)
-            for rule in rules.rules
-            if rule.starts is not None
-        }
-        # Each alternative of a rule's pattern: its first words and what every match of it holds
-        # (gate.literals.word_needs): in a sentence without those, its first words are not tried.
-        self._parts: dict[str, _Alternatives | None] = {
-            rule.pattern.pattern: _parts(rule.parts) for rule in rules.rules if rule.starts is not None
-        }
-        # Each such rule's alternatives compiled alone, by pattern (a look-up of the pattern's string,
-        # whose hash is kept, where the cache would hash the tuple of alternatives on every call).
-        self._alone: dict[str, tuple[LazyPattern, ...]] = {
-            rule.pattern.pattern: _compiled(rule.parts)
-            for rule in rules.rules
-            if self._parts.get(rule.pattern.pattern) is not None
-        }
-        # The word beginnings a question needs: those of the prefix triggers, of the rules' first
-        # words and of their alternatives' needs, each word's looked up once and remembered across
-        # questions (_Heads).
-        vocabulary = set(self._prefix_masks)
-        vocabulary.update(b for _, prefixes in self._first.values() for b in prefixes)
-        for alternatives in self._parts.values():
-            for _, prefixes, needs in alternatives.parts if alternatives else ():
-                vocabulary.update(prefixes)
-                vocabulary.update(b for need in needs for b in need)
-        self._heads = _Heads(frozenset(vocabulary))
-        self._heads.needs = _NeedBits(a for a in self._parts.values() if a is not None)
+            for word in rule.triggers[0].words if rule.triggers else ():
+                self._first_words.setdefault(word, []).append(r)
+            for prefix in rule.triggers[0].prefixes if rule.triggers else ():
+                self._first_prefixes.setdefault(prefix, []).append(r)
+        # Per rule (in order): its alternatives, each with the word beginnings where its matches
+        # start and what every match of it holds; None where one alternative's starts are unknown.
+        self._alternatives = [_alternatives(rule) for rule in rules.rules]
 
     @classmethod
     def load(
@@ -239,22 +197,19 @@ class Gate:
 
     def _decide(self, original: str, benign_reading: bool) -> GateDecision:
         """The rules, then the lexical head, on one reading of the question."""
-        question = _Question(normalize(original), self._heads)
+        question = _Question(normalize(original))
         normalized = question.text
         language = language_of(question.words, original)
         timed_out: list[str] = []
         verdict: LexicalDecision | None = None
-        for r in self._tried(question):
-            rule = self.rules.rules[r]
+        for r in self._candidates(question):
+            rule, alternatives = self.rules.rules[r], self._alternatives[r]
             if not (rule.strict or benign_reading):
                 continue
-            parts = self._parts.get(rule.pattern.pattern)
-            if parts is not None and not question.active(parts):
-                continue  # no alternative has all it needs in the question: no match anywhere
-            spans = question.sentences(rule.triggers) if rule.triggers else [(0, len(normalized))]
-            if not spans:
+            sentences = question.sentences(rule.triggers)
+            if not sentences:
                 continue
-            if self._hits(rule, question, spans, timed_out):
+            if self._hits(rule, alternatives, question, sentences, timed_out):
                 if not rule.strict and self.lexical is not None and self.lexical.veto is not None:
                     verdict = verdict or self.lexical.check(normalized)
                     if self.lexical.vetoes(verdict):
@@ -280,26 +235,15 @@ class Gate:
             return GateDecision(False, None, None, language, None, tuple(timed_out), verdict.score)
         return GateDecision(False, None, None, language, None, tuple(timed_out))
 
-    def _tried(self, question: _Question) -> list[int]:
-        """The rules (indices, in decision order) whose every trigger group has a word or a word
-        beginning in the question; rules without triggers always.
-
-        Each rule owns a block of bits, one per trigger group and a guard bit above them; a trigger
-        word or prefix sets its groups' bits (one integer OR per word of the question). Adding the
-        lowest bit of every block carries into a block's guard exactly when all its groups are set,
-        so the rules tried are read off the guards: Python work per trigger word the question holds
-        and per rule tried, never per rule of the file (the rest is three operations on one integer
-        of a few hundred bits)."""
-        have = 0
-        masks = self._word_masks
-        question.trigger_words = question.words & self._trigger_words
-        for word in question.trigger_words:
-            have |= masks[word]
-        masks = self._prefix_masks
-        question.trigger_heads = question.heads & self._trigger_prefixes
-        for head in question.trigger_heads:
-            have |= masks[head]
-        return _complete(have, self._group_bits, self._low_bits, self._guard_bits, self._rule_at)
+    def _candidates(self, question: _Question) -> list[int]:
+        """The rules (indices, in decision order) without triggers or whose first trigger group has
+        a word in the question."""
+        found = set(self._untriggered)
+        for word in question.words & self._first_words.keys():
+            found.update(self._first_words[word])
+        for head in question.heads & self._first_prefixes.keys():
+            found.update(self._first_prefixes[head])
+        return sorted(found)
 
     def lexical_score(self, text: str) -> float | None:
         """The lexical head's logit for ``text`` (None without a head), rules aside: what the
@@ -309,19 +253,31 @@ class Gate:
         return self.lexical.check(normalize(text[: self.max_chars])).score
 
     def _hits(
-        self, rule: Rule, question: _Question, spans: list[tuple[int, int]], timed_out: list[str]
+        self,
+        rule: Rule,
+        alternatives: tuple[_Alternative, ...] | None,
+        question: _Question,
+        sentences: list[_Sentence],
+        timed_out: list[str],
     ) -> bool:
+        """Whether ``rule.pattern`` has a match in one of ``sentences`` that no exception or frame of
+        the rule excuses."""
         text = question.text
         if rule.exception is None and not rule.frames:
             try:
-                return any(next(self._matches(rule, question, s, e), None) is not None for s, e in spans)
+                return any(
+                    next(self._matches(rule, alternatives, question, sentence), None) is not None
+                    for sentence in sentences
+                )
             except TimeoutError:
                 log.warning("gate rule %s: pattern timed out; counted as no hit", rule.id)
                 timed_out.append(rule.id)
                 return False
         try:
             matches = [
-                (m.start(), m.end(), s, e) for s, e in spans for m in self._matches(rule, question, s, e)
+                (m.start(), m.end(), sentence.start, sentence.end)
+                for sentence in sentences
+                for m in self._matches(rule, alternatives, question, sentence)
             ]
         except TimeoutError:
             log.warning("gate rule %s: pattern timed out; counted as no hit", rule.id)
@@ -334,38 +290,37 @@ class Gate:
             timed_out.append(rule.id)
             return True
 
-    def _matches(self, rule: Rule, question: _Question, s: int, e: int) -> Iterator[regex.Match[str]]:
-        """The matches of ``rule.pattern`` in ``text[s:e]``, as ``finditer`` gives them; with
-        ``rule.starts``, the pattern is tried only at the word starts where a match can begin."""
-        text = question.text
-        if rule.starts is None:
-            yield from rule.pattern.finditer(text, s, e, timeout=self.timeout_s)
-            return
-        at = s
-        match_at = rule.pattern.match
+    def _matches(
+        self,
+        rule: Rule,
+        alternatives: tuple[_Alternative, ...] | None,
+        question: _Question,
+        sentence: _Sentence,
+    ) -> Iterator[regex.Match[str]]:
+        """The matches of ``rule.pattern`` in the sentence, as ``finditer`` gives them. With its
+        ``alternatives``, each alternative whose needs the sentence holds is tried alone at the word
+        starts where its matches begin, in the alternation's order: at one position the joined
+        pattern matches as its first alternative that matches there."""
+        text, s, e = question.text, sentence.start, sentence.end
         timeout = self.timeout_s
-        parts = self._parts[rule.pattern.pattern]
-        if parts is None:
-            for start in question.starts(self._first[rule.pattern.pattern], s, e):
-                if start < at:
-                    continue
-                match = match_at(text, start, e, timeout=timeout)
-                if match is not None:
-                    yield match
-                    at = match.end()
+        if alternatives is None:
+            yield from rule.pattern.finditer(text, s, e, timeout=timeout)
             return
-        # Each alternative alone, at its own first words, in the alternation's order: at one
-        # position the joined pattern matches as its first alternative that matches there.
-        alone = self._alone[rule.pattern.pattern]
-        tried: dict[int, list[int]] = {}
-        for index, words, prefixes in question.here(parts, s, e):
-            for start in question.starts((words, prefixes), s, e):
-                tried.setdefault(start, []).append(index)
+        tried: dict[int, list[_Alternative]] = {}
+        heads = sentence.heads()
+        for alternative in alternatives:
+            if any(map(heads.isdisjoint, alternative.needs)):
+                continue  # a word every match of it holds is not in the sentence
+            first = alternative.starts & heads  # the beginnings of its first word found here
+            if first:
+                for start in set(question.starts(first, s, e)):
+                    tried.setdefault(start, []).append(alternative)
+        at = s
         for start in sorted(tried):
             if start < at:
-                continue
-            for index in tried[start]:
-                match = alone[index].match(text, start, e, timeout=timeout)
+                continue  # inside the previous match
+            for alternative in tried[start]:
+                match = alternative.pattern.match(text, start, e, timeout=timeout)
                 if match is not None:
                     yield match
                     at = match.end()
@@ -488,424 +443,141 @@ def _quotation(text: str, start: int, end: int) -> tuple[int, int] | None:
     return best
 
 
-@functools.lru_cache(maxsize=4096)
-def _first_words(pattern: str, starts: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
-    """A rule's first words (whole) and word beginnings (at most ``PREFIX_HEAD`` letters, the
-    question's ``heads``): :func:`gate.literals.first_words`, its longer prefixes cut, and the words
-    and prefixes a shorter prefix covers left out; ``starts`` (``Rule.starts``) where the words
-    cannot be read. Cached by pattern: every gate built over the same rules shares the reading."""
-    found = first_words(pattern)
-    if found is None:
-        return frozenset(), starts
-    words, long_prefixes = found
-    prefixes = {p[:PREFIX_HEAD] for p in long_prefixes}
-    prefixes = {p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)}
-    covered = tuple(prefixes)
-    return frozenset(w for w in words if not w.startswith(covered)), frozenset(prefixes)
-
-
-_Part = tuple[frozenset[str], frozenset[str], tuple[frozenset[str], ...]]
-"""An alternative of a rule's pattern: its first words (whole), their prefixes, and the sets of word
-beginnings every match of it holds a word of (at most two, the most selective first)."""
-
-
-def _complete(have: int, group_bits: int, low_bits: int, guard_bits: int, at: dict[int, int]) -> list[int]:
-    """The blocks whose every group bit is set in ``have``, in order (``at``: a guard bit's
-    ``bit_length()`` -> its block's index). Adding the lowest bit of every block carries into a block's
-    guard exactly when all its group bits are set (``Gate._tried``, ``_Alternatives``)."""
-    guards = ((have & group_bits) + low_bits) & guard_bits
-    found = []
-    while guards:
-        low = guards & -guards
-        found.append(at[low.bit_length()])
-        guards ^= low
-    return found
-
-
-@dataclass(frozen=True, eq=False, slots=True)
-class _Alternatives:
-    """A rule's alternatives (``parts``, in the alternation's order) and their needs inverted, as
-    ``Gate._tried`` inverts the trigger groups: alternative ``i`` owns one bit per need and a guard bit
-    above them; a word beginning -> the bits of every need it is one of. The alternatives whose every
-    need the question holds are then read off the guards (``_Question.active``), with Python work per
-    beginning the question holds, not per alternative. ``free``: the alternatives without needs."""
-
-    parts: tuple[_Part, ...]
-    vocabulary: frozenset[str]
-    masks: dict[str, int]
-    group_bits: int
-    low_bits: int
-    guard_bits: int
-    at: dict[int, int]
-    free: tuple[int, ...]
-
-
-@functools.lru_cache(maxsize=1024)
-def _parts(parts: tuple[str, ...]) -> _Alternatives | None:
-    """The alternatives of a rule's pattern; None when one has no first words (the rule's first words
-    are then tried in every sentence) or the rule has none listed."""
-    found: list[_Part] = []
-    for part in parts:
-        if first_words(part) is None:
-            return None
-        words, prefixes = _first_words(part, frozenset())
-        found.append((words, prefixes, tuple(word_needs(part, PREFIX_HEAD)[:2])))
-    if not found:
-        return None
-    masks: dict[str, int] = {}
-    at: dict[int, int] = {}
-    free = []
-    group_bits = low_bits = guard_bits = 0
-    offset = 0
-    for index, (_, _, needs) in enumerate(found):
-        if not needs:
-            free.append(index)
-            continue
-        for n, need in enumerate(needs):
-            bit = 1 << (offset + n)
-            group_bits |= bit
-            for head in need:
-                masks[head] = masks.get(head, 0) | bit
-        low_bits |= 1 << offset
-        offset += len(needs)
-        guard_bits |= 1 << offset
-        at[offset + 1] = index
-        offset += 1
-    return _Alternatives(
-        tuple(found), frozenset(masks), masks, group_bits, low_bits, guard_bits, at, tuple(free)
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(parts: tuple[str, ...]) -> tuple[LazyPattern, ...]:
-    """A rule's alternatives, each compiled alone the first time a question needs it (shared by
-    every gate over the same rules)."""
-    return tuple(LazyPattern(part) for part in parts)
-
-
-_SPLIT_WORDS = re.compile(r"(\w+)")
-"""Words and what lies between them, for ASCII text (the same words as ``_REGEX_SPLIT_WORDS`` there)."""
-_ASCII_GAPS = {c: chr(c) if re.fullmatch(r"\w", chr(c)) else " " for c in range(128)}
-"""Every ASCII character to itself in a word (``\\w``: letters, digits, ``_``), else to a space: the
-words of ASCII text are then the non-empty pieces of its split on single spaces."""
-_REGEX_SPLIT_WORDS = regex.compile(r"(\w+)")
-"""Words as the rules' engine reads them: a word start here is exactly where ``\\b`` then a letter
-holds in a pattern."""
-_SENTENCE_SPLIT = re.compile(r"[.!?]")
-_LAST = "\U0010ffff"
-"""Above every character a word holds: the words that begin with ``b`` sort from ``b`` to ``b + _LAST``."""
-
-
-_HEADS_LIMIT = 20_000
-_NO_HEADS: frozenset[str] = frozenset()
-
-
-class _Heads:
-    """The beginnings of a word that are in ``vocabulary`` (the prefix triggers' and the rules'
-    first-word prefixes, at most ``PREFIX_HEAD`` letters), remembered per word (up to ``limit``
-    words, then computed): a question's heads cost a look-up per distinct word, most of which the
-    forum's vocabulary has seen before, instead of a slice per word and length."""
-
-    __slots__ = ("_cuts", "_known", "limit", "needs", "vocabulary")
-
-    def __init__(self, vocabulary: frozenset[str], limit: int = _HEADS_LIMIT) -> None:
-        self.vocabulary = vocabulary
-        self.limit = limit
-        self._cuts = tuple(sorted({len(v) for v in vocabulary}))
-        self._known: dict[str, frozenset[str]] = {}
-        # Every rule's alternatives' need bits side by side (set by the gate; see _NeedBits).
-        self.needs: _NeedBits | None = None
-
-    def of(self, words: set[str]) -> set[str]:
-        """The beginnings in ``vocabulary`` of the words of ``words``: the known words' looked up
-        in one C-level pass (``map``), the others computed (and remembered)."""
-        known = self._known
-        found: list[frozenset[str] | None] = list(map(known.get, words))
-        if None in found:
-            found = [self._compute(w) if f is None else f for w, f in zip(words, found, strict=True)]
-        return set().union(*found)  # type: ignore[arg-type]  # no None left
-
-    def _compute(self, word: str) -> frozenset[str]:
-        found = frozenset(word[:n] for n in self._cuts if word[:n] in self.vocabulary) or _NO_HEADS
-        if len(self._known) < self.limit:
-            self._known[word] = found
-        return found
-
-
-class _NeedBits:
-    """The need bits of every rule's alternatives (``_Alternatives.masks``) side by side in one
-    integer space, each rule's block at its own offset: a word beginning -> its bits in every block.
-    A question ORs the masks of its beginnings once (``_Question.possible``); a rule's ``have`` is
-    then that integer shifted down to its block (the bits above are masked off by ``_complete``),
-    the same bits as the OR of its own masks over the beginnings it shares with the question."""
-
-    __slots__ = ("masks", "offsets", "vocabulary")
-
-    def __init__(self, alternatives: Iterable[_Alternatives]) -> None:
-        self.offsets: dict[_Alternatives, int] = {}
-        self.masks: dict[str, int] = {}
-        offset = 0
-        for block in alternatives:
-            if block in self.offsets:
-                continue
-            self.offsets[block] = offset
-            for head, mask in block.masks.items():
-                self.masks[head] = self.masks.get(head, 0) | mask << offset
-            offset += block.guard_bits.bit_length()
-        self.vocabulary = frozenset(self.masks)
-
-
 class _Question:
     """One normalised question and what the rules read of it, each part computed once and shared by
-    every rule tried:
+    every rule tried: ``words`` (its distinct words) and ``heads`` (their beginnings of at most
+    ``PREFIX_HEAD`` letters), its sentences (``_Sentence``), and where its words start.
 
-    - ``words`` (its distinct words) and ``heads`` (their beginnings that are prefix triggers or
-      rules' first-word prefixes, ``_Heads``), for the trigger check;
-    - where its sentences end, and for each trigger word or prefix the sentences that hold it, as
-      the bits of an integer (``sentences``);
-    - its words sorted, with where each starts, and for each literal beginning a rule asks for, where
-      the words that begin with it start (``starts``).
-
-    Where ``re`` and ``regex`` read the same words (ASCII text, or characters both call letters or
-    both not: "é", "“", "→"), one split gives both the words and where they start; otherwise the
-    start index reads the words as ``regex`` does, since the rules' ``\\b`` is that engine's.
+    A sentence holds a trigger word when one of its words is that word, a trigger prefix when one of
+    its words begins with it. Where ``re`` (which splits ``words``) and ``regex`` (the rules' engine)
+    read other words in the text (``gate.normalize.same_words``), a trigger is looked for anywhere in
+    the sentence instead, inside words too: a superset of the sentences.
     """
 
-    __slots__ = (
-        "_active",
-        "_ends",
-        "_gaps",
-        "_have",
-        "_head_sentences",
-        "_heads",
-        "_index",
-        "_pieces",
-        "_start_heads",
-        "_start_words",
-        "_starts_of",
-        "_word_sentences",
-        "_words_at",
-        "heads",
-        "text",
-        "trigger_heads",
-        "trigger_words",
-        "words",
-    )
+    __slots__ = ("_held", "_sentences", "_starts", "heads", "text", "words")
 
-    def __init__(self, text: str, heads: _Heads) -> None:
+    def __init__(self, text: str) -> None:
         self.text = text
-        self._heads = heads
-        # ASCII text: every character outside a word made a space, then split on single spaces (the
-        # pieces: its words, and empty strings between two non-word characters), all C-level.
-        self._gaps = text.isascii()
-        if self._gaps:
-            self._pieces: list[str] | None = text.translate(_ASCII_GAPS).split(" ")
-            self.words = set(self._pieces)
-            self.words.discard("")
-        elif _same_words(text):
-            self._pieces = _SPLIT_WORDS.split(text)
-            self.words = set(self._pieces[1::2])
-        else:
-            self._pieces = None
-            self.words = set(_WORDS.findall(text))
-        self.heads: set[str] = heads.of(self.words)
-        self._start_heads: set[str] | None = self.heads if self._pieces is not None else None
-        self._start_words: set[str] | None = self.words if self._pieces is not None else None
-        self._words_at: dict[str, list[int]] = {}
-        self._active: dict[_Alternatives, list[tuple[int, int, frozenset[str], frozenset[str]]]] = {}
-        self._ends: list[int] | None = None
-        self._have: int | None = None
-        self._word_sentences: dict[str, int] = {}
-        self._head_sentences: dict[str, int] = {}
-        self._index: tuple[list[str], list[int]] | None = None
-        self._starts_of: dict[str, list[int]] = {}
-        # The trigger words and prefixes the question holds (set by Gate._tried).
-        self.trigger_words: set[str] = self.words
-        self.trigger_heads: set[str] = self.heads
+        self.words = set(_WORDS.findall(text))
+        self.heads = _heads(self.words)
+        self._sentences: list[_Sentence] | None = None
+        self._starts: dict[str, list[int]] | None = None
+        self._held: tuple[dict[str, set[int]], dict[str, set[int]]] | None = None
 
-    def sentences(self, groups: tuple[TriggerGroup, ...]) -> list[tuple[int, int]]:
-        """The sentences (spans) that hold a word of the first group and the beginning of a word of
-        every other group: a pattern never crosses ``.``, ``!`` or ``?`` and contains a word of each
-        trigger group, so only those sentences can match. (A needle is looked for anywhere in the
-        text, inside words too: a superset, as before.)"""
-        ends = self._sentence_ends()
-        if not ends:
-            return [(0, len(self.text))]
-        words, heads, where = self.trigger_words, self.trigger_heads, self._held
-        found = -1
+    def sentences(self, groups: tuple[TriggerGroup, ...]) -> list[_Sentence]:
+        """Where to search a rule with these trigger groups: nowhere when a group has no word in the
+        question; else the whole text when it has no triggers or one sentence, or the sentences that
+        hold a word of every group (a pattern never crosses ``.``, ``!`` or ``?`` and every match
+        holds a word of each group, so only those sentences can match)."""
+        needles = []
         for group in groups:
-            held = 0
-            for word in group.words & words:
-                held |= where(word, False)
-            for head in group.prefixes & heads:
-                held |= where(head, True)
-            found &= held
+            words, heads = group.words & self.words, group.prefixes & self.heads
+            if not (words or heads):
+                return []
+            needles.append((words, heads))
+        if self._sentences is None:
+            exact = same_words(self.text)
+            self._sentences = [_Sentence(0, len(self.text), self.text, exact)]  # the whole text
+            if _SENTENCE_END.search(self.text):
+                start = 0
+                for piece in _SENTENCE_END.split(self.text):
+                    self._sentences.append(_Sentence(start, start + len(piece), piece, exact))
+                    start += len(piece) + 1
+        if not groups or len(self._sentences) == 1:
+            return self._sentences[:1]
+        sentences = self._sentences[1:]
+        if not sentences[0].exact:
+            return [s for s in sentences if all(s.holds(words, heads) for words, heads in needles)]
+        if self._held is None:  # each word and word beginning -> the sentences (indices) holding it
+            self._held = ({}, {})
+            for i, sentence in enumerate(sentences):
+                for word in sentence.words():
+                    self._held[0].setdefault(word, set()).add(i)
+                for head in sentence.heads():
+                    self._held[1].setdefault(head, set()).add(i)
+        at_words, at_heads = self._held
+        found: set[int] | None = None
+        for words, heads in needles:
+            held = set().union(*(at_words.get(w, ()) for w in words), *(at_heads.get(h, ()) for h in heads))
+            found = held if found is None else found & held
             if not found:
                 return []
-        spans = []
-        size = len(self.text)
-        while found:
-            low = found & -found
-            i = low.bit_length() - 1
-            spans.append((ends[i - 1] + 1 if i else 0, ends[i] if i < len(ends) else size))
-            found ^= low
-        return spans
+        return [sentences[i] for i in sorted(found or ())]
 
-    def _sentence_ends(self) -> list[int]:
-        """Where the question's sentences end (each ``.``, ``!`` or ``?``), computed once."""
-        if self._ends is None:
-            lengths = map((1).__add__, map(len, _SENTENCE_SPLIT.split(self.text)))
-            self._ends = list(itertools.accumulate(lengths, initial=-1))[1:-1]
-        return self._ends
-
-    def _held(self, needle: str, head: bool) -> int:
-        """The sentences that hold the word ``needle`` (``head``: a word beginning with it), as bits
-        (sentence ``i``: bit ``i``), remembered per question. Read off the words' sorted start index
-        (which ``starts`` shares); where ``re`` and ``regex`` read other words, ``needle`` is looked
-        for anywhere in the text instead (a superset)."""
-        cache = self._head_sentences if head else self._word_sentences
-        found = cache.get(needle)
-        if found is not None:
-            return found
-        ends = self._ends or []
-        found = 0
-        if self._pieces is None:
-            text = self.text
-            at = text.find(needle)
-            while at != -1:
-                index = bisect.bisect_left(ends, at)
-                found |= 1 << index
-                at = text.find(needle, ends[index] + 1) if index < len(ends) else -1
-        else:
-            starts = self._starts_of if head else self._words_at  # shared with ``starts``
-            positions = starts.get(needle)
-            if positions is None:
-                positions = starts[needle] = self._where(needle) if head else self._exact(needle)
-            for at in positions:
-                found |= 1 << bisect.bisect_left(ends, at)
-        cache[needle] = found
-        return found
-
-    def starts(self, first: tuple[frozenset[str], frozenset[str]], s: int, e: int) -> list[int]:
-        """Where the words of ``text[s:e]`` start that are one of ``first``'s words or begin with one
-        of its prefixes, in order (``first`` as :func:`gate.literals.first_words` gives it: each
-        start is found once)."""
-        words, prefixes = first
-        if self._start_heads is None:
-            self._read()
+    def starts(self, beginnings: frozenset[str], s: int, e: int) -> list[int]:
+        """Where the words of ``text[s:e]`` start that begin with one of ``beginnings`` (at most
+        ``PREFIX_HEAD`` letters). Words as ``regex`` reads them: a word start here is where ``\\b``
+        then a word character holds in a rule's pattern."""
+        if self._starts is None:
+            self._starts = {}
+            for word in _REGEX_WORDS.finditer(self.text):
+                for head in _word_heads(word.group()):
+                    self._starts.setdefault(head, []).append(word.start())
         found: list[int] = []
-        at = self._words_at
-        for word in words & self._start_words:  # type: ignore[operator]
-            where = at.get(word)
-            if where is None:
-                where = at[word] = self._exact(word)
+        for head in beginnings & self._starts.keys():
+            where = self._starts[head]
             found += where[bisect.bisect_left(where, s) : bisect.bisect_left(where, e)]
-        of = self._starts_of
-        for head in prefixes & self._start_heads:  # type: ignore[operator]
-            where = of.get(head)
-            if where is None:
-                where = of[head] = self._where(head)
-            found += where[bisect.bisect_left(where, s) : bisect.bisect_left(where, e)]
-        if len(found) > 1:
-            found.sort()
         return found
 
-    def here(
-        self, alternatives: _Alternatives, s: int, e: int
-    ) -> list[tuple[int, frozenset[str], frozenset[str]]]:
-        """The alternatives (index, first words, prefixes) that can match in the sentence
-        ``text[s:e]``: those whose every need has a word there (looked up as word beginnings). At
-        any other word start none of them can match."""
-        active = self.active(alternatives)
-        if not active:
-            return []
-        ends = self._ends or []  # computed by _possible
-        # The sentence's bit; any sentence for the whole text (a rule without triggers).
-        whole = not ends or (s == 0 and e == len(self.text))
-        bit = -1 if whole else 1 << bisect.bisect_left(ends, s)
-        return [(index, words, prefixes) for mask, index, words, prefixes in active if mask & bit]
 
-    def active(self, alternatives: _Alternatives) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
-        """The alternatives with every need held by a word of the question, each with the
-        sentences (as bits) that hold them all; computed once per question and rule."""
-        active = self._active.get(alternatives)
-        if active is None:
-            active = self._active[alternatives] = self._possible(alternatives)
-        return active
+class _Sentence:
+    """One sentence of a question (``text[start:end]``), its words (as ``regex`` reads them) and
+    their beginnings read when a rule first asks."""
 
-    def _possible(self, alternatives: _Alternatives) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
-        """The alternatives with every need held by a word of the question, with the sentences (as
-        bits) that hold them all, in the alternation's order."""
-        heads = self.heads
-        table = self._heads.needs
-        offset = None if table is None else table.offsets.get(alternatives)
-        if table is not None and offset is not None:
-            if self._have is None:  # every rule's need bits the question holds, at once
-                self._have = 0
-                masks = table.masks
-                for head in table.vocabulary & heads:
-                    self._have |= masks[head]
-            have = self._have >> offset
-        else:
-            masks = alternatives.masks
-            have = 0
-            for head in alternatives.vocabulary & heads:
-                have |= masks[head]
-        indices = list(alternatives.free)
-        indices += _complete(
-            have, alternatives.group_bits, alternatives.low_bits, alternatives.guard_bits, alternatives.at
-        )
-        if not indices:
-            return []
-        if alternatives.free:
-            indices.sort()
-        parts = alternatives.parts
-        if not self._sentence_ends():  # one sentence: each of them can match in it
-            return [(1, index, parts[index][0], parts[index][1]) for index in indices]
-        where = self._held
-        active = []
-        for index in indices:
-            words, prefixes, needs = parts[index]
-            mask = -1
-            for need in needs:
-                held = 0
-                for needle in need & heads:
-                    held |= where(needle, True)
-                mask &= held
-                if not mask:
-                    break
-            if mask:
-                active.append((mask, index, words, prefixes))
-        return active
+    __slots__ = ("_heads", "_words", "end", "exact", "start", "text")
 
-    def _exact(self, word: str) -> list[int]:
-        """Where ``word`` starts, in order (the sort is stable: one word's starts stay in order)."""
-        words, positions = self._index or self._read()
-        low = bisect.bisect_left(words, word)
-        return positions[low : bisect.bisect_right(words, word, low)]
+    def __init__(self, start: int, end: int, text: str, exact: bool) -> None:
+        self.start, self.end, self.text, self.exact = start, end, text, exact
+        self._words: set[str] | None = None
+        self._heads: set[str] = set()
 
-    def _where(self, head: str) -> list[int]:
-        """Where the words that begin with ``head`` start, in order."""
-        words, positions = self._index or self._read()
-        low = bisect.bisect_left(words, head)
-        high = bisect.bisect_left(words, head + _LAST, low)
-        return sorted(positions[low:high])
+    def holds(self, words: frozenset[str], heads: frozenset[str]) -> bool:
+        """Whether one of ``words`` or ``heads`` is anywhere in the sentence, inside words too (a
+        trigger group's, where ``re`` and ``regex`` read other words: see ``_Question``)."""
+        return any(needle in self.text for needle in words | heads)
 
-    def _read(self) -> tuple[list[str], list[int]]:
-        """The text's words sorted, and where each starts."""
-        if self._gaps and self._pieces is not None:
-            # ASCII pieces split on single spaces: piece k starts where piece k - 1 ends, plus one.
-            pieces = self._pieces
-            words = list(filter(None, pieces))
-            starts = itertools.accumulate(map((1).__add__, map(len, pieces)), initial=0)
-            at = list(itertools.compress(starts, pieces))
-        else:
-            pieces = self._pieces if self._pieces is not None else _REGEX_SPLIT_WORDS.split(self.text)
-            words = pieces[1::2]
-            at = list(itertools.accumulate(map(len, pieces)))[:-1:2]  # the end of the text before a word
-        if self._start_heads is None:  # the words as the rules' engine reads them, and their beginnings
-            self._start_words = set(words)
-            self._start_heads = self._heads.of(self._start_words)
-        order = sorted(range(len(words)), key=words.__getitem__)
-        self._index = ([words[i] for i in order], [at[i] for i in order])
-        return self._index
+    def words(self) -> set[str]:
+        if self._words is None:
+            self._words = set(_REGEX_WORDS.findall(self.text))
+            self._heads = _heads(self._words)
+        return self._words
+
+    def heads(self) -> set[str]:
+        self.words()
+        return self._heads
+
+
+_REGEX_WORDS = regex.compile(r"\w+")
+
+
+def _heads(words: set[str]) -> set[str]:
+    """The beginnings of ``words`` that a trigger prefix can be (at most ``PREFIX_HEAD`` letters)."""
+    return set().union(*map(_word_heads, words))
+
+
+@functools.lru_cache(maxsize=20_000)
+def _word_heads(word: str) -> frozenset[str]:
+    # Remembered: most words of a question are words the forum has used before.
+    return frozenset(word[:n] for n in range(1, PREFIX_HEAD + 1))
+
+
+@dataclass(frozen=True, slots=True)
+class _Alternative:
+    """One alternative of a rule's pattern: the word beginnings where its matches start
+    (``gate.rules.match_starts``) and the sets of beginnings every match of it holds a word of
+    (``gate.literals.word_needs``, the two most selective)."""
+
+    pattern: LazyPattern
+    starts: frozenset[str]
+    needs: tuple[frozenset[str], ...]
+
+
+def _alternatives(rule: Rule) -> tuple[_Alternative, ...] | None:
+    """``rule``'s alternatives, or None when the starts of one of them cannot be derived."""
+    found = []
+    for part in rule.parts:
+        starts = match_starts(part)
+        if starts is None:
+            return None
+        found.append(_Alternative(LazyPattern(part), starts, tuple(word_needs(part, PREFIX_HEAD)[:2])))
+    return tuple(found) or None

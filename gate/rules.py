@@ -37,7 +37,7 @@ A pattern must not cross a sentence end (``.``, ``!``, ``?``): the gate searches
 ``triggers`` make the gate fast. A flat list is one group; every match of a pattern must contain a
 word of each group: one of its words (``"bomb"``) or a word starting with one of its prefixes
 (``"bomb*"``; the first five letters count). The gate tries a rule only when every group has a word
-in the question, and only in the sentences that hold a word of the first group. This is a promise
+in the question, and only in the sentences that hold a word of every group. This is a promise
 of the rule's author, checked by the tests on every labelled case. A rule without triggers is
 always tried, on the whole text.
 
@@ -172,10 +172,8 @@ class Rule:
     ``strict`` rules (categories with no benign reading) have no exceptions at all.
     ``triggers`` (folded like the text): when not empty, the rule is tried only on questions that
     satisfy every group (a speed-up; see the module docstring).
-    ``starts`` (derived from ``pattern``, a speed-up): the literal beginnings (ASCII letters, digits,
-    ``_``; at most ``PREFIX_HEAD``) of the word every match starts at (``gate.literals.word_beginnings``):
-    the pattern need only be tried at those word starts. ``None`` when they cannot be derived (the
-    pattern is then scanned at every position).
+    ``parts``: the alternatives ``pattern`` joins (its patterns, then the orders of its ``near``
+    groups), which the gate may try one by one (:func:`match_starts`).
     """
 
     id: str
@@ -187,7 +185,6 @@ class Rule:
     triggers: tuple[TriggerGroup, ...] = ()
     strict: bool = False
     exception_window: int = DEFAULT_EXCEPTION_WINDOW
-    starts: frozenset[str] | None = None
     parts: tuple[str, ...] = ()
     frames: tuple[Frame, ...] = ()
     examples_block: tuple[str, ...] = ()
@@ -579,7 +576,6 @@ def _rule(
         triggers=triggers,
         strict=strict,
         exception_window=window,
-        starts=match_starts(pattern),
         parts=tuple(patterns),
         frames=() if strict else tuple(f for f in frames if category in f.categories),
         examples_block=block,
@@ -601,11 +597,12 @@ def _examples(raw: object, source: str, rule_id: str) -> tuple[tuple[str, ...], 
     return found[0], found[1]
 
 
-def match_starts(pattern: LazyPattern) -> frozenset[str] | None:
-    """The literal beginnings of the word where every match of ``pattern`` starts, or None when they
-    cannot be derived. Trying ``pattern`` only at the starts of words with one of them finds exactly
-    the matches a scan of every position finds."""
-    beginnings = word_beginnings(pattern.pattern, PREFIX_HEAD)
+def match_starts(pattern: str) -> frozenset[str] | None:
+    """The literal beginnings (ASCII letters, digits, ``_``; at most ``PREFIX_HEAD``) of the word
+    where every match of ``pattern`` starts (``gate.literals.word_beginnings``), or None when they
+    cannot be derived. Trying ``pattern`` only at the starts of words that begin with one of them
+    finds exactly the matches a scan of every position finds."""
+    beginnings = word_beginnings(pattern, PREFIX_HEAD)
     if beginnings is None or not all(_ASCII_WORD.fullmatch(b) for b in beginnings):
         return None
     return beginnings

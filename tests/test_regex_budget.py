@@ -61,10 +61,8 @@ ANCHORED: dict[str, str] = {
 DYNAMIC: dict[str, str] = {
     "worker/addressing.py:mention_pattern": "mentions",
     "sanitizer/blocks.py:split_blocks": "sanitize",
-    # Every rule pattern, and each alternative of a rule's pattern compiled alone (Rule.parts, through
-    # gate.rules.LazyPattern): a search of the joined pattern, which the gate rule test times, runs
-    # every alternative at every position, so its worst case bounds each part's; every call carries
-    # the gate's timeout too.
+    # Every rule pattern (through gate.rules.LazyPattern), each timed by the gate rule test; every
+    # call carries the gate's timeout too.
     "gate/rules.py:_regex": "gate rule patterns",
     # The offline generator reads only the prompt citebot built: its patterns anchor on fence markers
     # holding a random token that member text cannot contain (worker.generation.fence).

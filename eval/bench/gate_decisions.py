@@ -6,9 +6,10 @@ to compare before and after a change that must not change any decision.
     python -m eval.bench.gate_decisions --compare /tmp/before.jsonl  # or diff the two files
 
 The lines: every ``*.jsonl`` under ``tests/gate/`` and ``eval/data/gate-*/`` (their ``text``), the
-probe file beside the clone, and the first posts of the Urho3D archive (dev questions first, as
-``eval.bench.gate.forum_questions``; ``--limit``, default all of them). A decision is its hit, rule,
-category, kind, language and reading, under a regex timeout no pattern reaches.
+probe file beside the clone, the first posts of the Urho3D archive (dev questions first, as
+``eval.bench.gate.forum_questions``; ``--limit``, default all of them) and, with ``--archive``, every
+post of the archive (``gate.train.lexical.archive_texts``). A decision is its hit, rule, category,
+kind, language and reading, under a regex timeout no pattern reaches.
 """
 
 from __future__ import annotations
@@ -53,12 +54,17 @@ def decision_row(where: str, decision: GateDecision) -> dict[str, object]:
     }
 
 
-def snapshot(gate: Gate, limit: int | None) -> Iterator[dict[str, object]]:
+def snapshot(gate: Gate, limit: int | None, archive: bool = False) -> Iterator[dict[str, object]]:
     for where, text in labelled_lines():
         yield decision_row(where, gate.check(text))
     if FORUM.exists():
         for i, text in enumerate(forum_questions(FORUM, limit if limit is not None else 10**9)):
             yield decision_row(f"forum:{i}", gate.check(text))
+        if archive:
+            from gate.train.lexical import archive_texts
+
+            for ident, text in zip(*archive_texts(), strict=True):
+                yield decision_row(f"archive:{ident}", gate.check(text))
 
 
 def main(argv: Sequence[str]) -> int:
@@ -68,11 +74,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--out", type=Path, help="write the snapshot here (JSON Lines)")
     parser.add_argument("--compare", type=Path, help="compare with this snapshot; exit 1 on any difference")
     parser.add_argument("--limit", type=int, default=None, help="forum questions (default: all)")
+    parser.add_argument("--archive", action="store_true", help="every archive post too")
     args = parser.parse_args(list(argv))
     start = time.perf_counter()
     gate = Gate.load(timeout_ms=TIMEOUT_MS)
     loaded = time.perf_counter() - start
-    rows = list(snapshot(gate, args.limit))
+    rows = list(snapshot(gate, args.limit, args.archive))
     print(
         f"load {loaded:.2f} s, {len(rows)} lines, {sum(bool(r['hit']) for r in rows)} hits", file=sys.stderr
     )

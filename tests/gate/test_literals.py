@@ -10,36 +10,10 @@ import pytest
 import regex
 
 from gate import Gate
-from gate.literals import first_words, word_beginnings, word_needs
+from gate.literals import word_needs
 from gate.rules import PREFIX_HEAD, derived_triggers, parse_rules
 
 REPLIES = '[replies.weapons]\nen = "no"\nfr = "non"\n'
-
-
-@pytest.mark.parametrize(
-    ("pattern", "expected"),
-    [
-        (r"\ba?bomb", {"abomb", "bomb"}),
-        (r"\b(?:lethal|fatal)\b", {"letha", "fatal"}),
-        (r"\bkil(?:l|ling)?\b", {"kil", "kill", "killi"}),
-        (r"(?<!\bnot )(?:\bsex\b|\bporn\w*)", {"sex", "porn"}),
-        (r"\b[1-3]\d? ans\b", {"1", "2", "3"}),
-    ],
-)
-def test_word_beginnings_of_a_pattern(pattern: str, expected: set[str]) -> None:
-    assert word_beginnings(pattern, PREFIX_HEAD) == expected
-
-
-@pytest.mark.parametrize(
-    "pattern",
-    [
-        r"bomb",  # may match inside a word ("abomb"): its word beginning is unknown
-        r"\b\w+ bomb",  # starts with any word
-        r"\b(?:bomb|\w+ite)",  # one alternative starts with any word
-    ],
-)
-def test_no_beginnings_when_a_match_can_start_anywhere(pattern: str) -> None:
-    assert word_beginnings(pattern, PREFIX_HEAD) is None
 
 
 def test_needs_reach_words_after_separators_and_gaps() -> None:
@@ -103,53 +77,4 @@ def test_every_match_holds_a_word_of_every_derived_set(pattern: str) -> None:
             ]
             for beginnings in needs:
                 assert any(any(s.startswith(b) for b in beginnings) for s in starts), (text, beginnings)
-    assert matched >= 5
-
-
-@pytest.mark.parametrize(
-    ("pattern", "words", "prefixes"),
-    [
-        (r"\b(?:make|build)[^\w.!?]+(?:a[^\w.!?]+)?bomb", {"make", "build"}, set()),
-        (r"\b(?:i|i'm|im|me)[^\w.!?]+(?:want|plan)", {"i", "im", "me"}, set()),  # "i'm": "i", then "'"
-        (r"\bhow (?:many|much)\b", {"how"}, set()),
-        (r"\bkil\w*|\bkil(?:ing)?\b", set(), {"kil"}),  # "kil" covers "kiling"
-        (r"\b(?:lethal|fatal)\b|\bpsilocybin\w*", {"lethal", "fatal"}, {"psilocybin"}),
-        (r"\bbomb[\s-]*(?:x|y)", set(), {"bomb"}),  # \s is no class the reading lists: a prefix
-        (r"\b(?:a|an) (?:bomb|gun)s?\b", {"a", "an"}, set()),
-    ],
-)
-def test_first_words_of_a_pattern(pattern: str, words: set[str], prefixes: set[str]) -> None:
-    assert first_words(pattern) == (words, prefixes)
-
-
-def test_no_first_words_where_no_beginnings() -> None:
-    for pattern in (r"bomb", r"\b\w+ bomb", r"\b(?:bomb|\w+ite)"):
-        assert first_words(pattern) is None, pattern
-
-
-@pytest.mark.parametrize(
-    "pattern",
-    [
-        r"\ba?bomb(?:e|es|s)?\b",
-        r"\b(?:how (?:do|can) i|how to)[^\w.!?]+(?:\w+[^\w.!?]+){0,2}?(?:groom|lure)\w*",
-        r"\b(?:[1-9]|1[0-7])[- ]?(?:years?|yo)\b|\bkids?\b",
-        r"\b(?:i|i'm|im)[^\w.!?]+(?:\w+[^\w.!?]+){0,2}?(?:want|plan)\b|\bkil\w*",
-    ],
-)
-def test_every_match_starts_at_one_of_its_first_words(pattern: str) -> None:
-    """Property check: every match (of ``finditer``, and of ``match`` at any word start) starts at a
-    word that is one of the first words or begins with one of the prefixes."""
-    rng = random.Random(19)
-    words = [*regex.findall(r"[a-z]+", pattern), "1", "12", "12yo", "abomb", "x", "i'm", "kiler"]
-    compiled = regex.compile(pattern)
-    found = first_words(pattern)
-    assert found is not None
-    whole, prefixes = found
-    matched = 0
-    for _ in range(3000):
-        text = _random_text(rng, words)
-        for word in regex.finditer(r"\w+", text):
-            if compiled.match(text, word.start()):
-                matched += 1
-                assert word.group() in whole or word.group().startswith(tuple(prefixes)), (text, word)
     assert matched >= 5

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import re
 
 import pytest
 import regex
@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate import CANNED_MARKER, Gate, GateDecision, canned_text, detect_language, normalize, parse_rules
-from gate.matcher import _Heads, _Question, _same_words
+from gate.matcher import _Question
+from gate.normalize import same_words
 from gate.rules import TriggerGroup
 
 # A pattern with catastrophic backtracking on a long run of words that never ends in a digit.
@@ -156,114 +157,99 @@ def test_patterns_are_matched_inside_the_sentences_that_hold_a_trigger() -> None
     assert not gate.check("make a cake. bomb").hit
 
 
-def test_a_pattern_is_tried_only_where_a_match_can_begin() -> None:
-    # \b(?:make|build) begins every match: the rule knows those beginnings and finds the same matches
-    # (leftmost, non-overlapping, the exception scoped to each) as a scan of every position.
+def test_a_match_is_excused_only_in_its_own_clause() -> None:
     text = rules(r"\b(?:make|build)[^\w.!?]+(?:a[^\w.!?]+)?bomb", r"\bgame\b", second=False)
     gate = Gate(parse_rules(text, source="t"))
-    rule = gate.rules.rules[0]
-    assert rule.starts == frozenset({"make", "build"})
-    scan = Gate(dataclasses.replace(gate.rules, rules=(dataclasses.replace(rule, starts=None),)))
-    for question in (
-        "how do I make a bomb",
-        "remake a bomb",  # "remake" is no word start of "make": neither finds it
-        "make a bomb in my game; then build a bomb",
-        "make a bomb in my game, then build a bomb for real",
-        "in my game make a bomb",
-        "build bomb; make a bomb",
-        "makes a bomb",
-    ):
-        assert gate.check(question) == scan.check(question), question
+    assert gate.check("how do I make a bomb").hit
+    assert not gate.check("in my game make a bomb").hit
     assert gate.check("make a bomb in my game; then build a bomb").hit  # the second match is not excused
-    assert not gate.check("remake a bomb").hit
+    assert not gate.check("remake a bomb").hit  # no word start of "make"
 
 
-def test_no_beginnings_when_a_match_may_start_inside_a_word() -> None:
-    for pattern in (r"bomb", r"\w+ bomb", r"[^.!?]{0,20}\bbomb"):
-        gate = Gate(parse_rules(rules(pattern, second=False), source="t"))
-        assert gate.rules.rules[0].starts is None, pattern
+def test_a_pattern_may_match_inside_a_word() -> None:
     assert Gate(parse_rules(rules(r"bomb", second=False), source="t")).check("abomb").hit
 
 
-def _reference_tried(gate: Gate, words: set[str]) -> list[int]:
-    """The rules whose every trigger group has a word or a word beginning in ``words``."""
-    return [
-        r
-        for r, rule in enumerate(gate.rules.rules)
-        if all(
-            group.words & words or any(w.startswith(p) for w in words for p in group.prefixes)
-            for group in rule.triggers
-        )
-    ]
+def _has(words: set[str], group: TriggerGroup) -> bool:
+    return bool(group.words & words) or any(w.startswith(p) for w in words for p in group.prefixes)
+
+
+def _reference_spans(text: str, groups: tuple[TriggerGroup, ...]) -> list[tuple[int, int]]:
+    """Where a rule with these trigger groups is searched, read plainly: nowhere unless every group
+    has a word in the text; the whole text without triggers or sentence ends; else each sentence
+    that holds a word of every group (any text holding the trigger where ``re`` and ``regex`` read
+    other words)."""
+    words = set(re.findall(r"\w+", text))
+    if not all(_has(words, group) for group in groups):
+        return []
+    if not groups or not re.search(r"[.!?]", text):
+        return [(0, len(text))]
+    spans = []
+    start = 0
+    for piece in re.split(r"[.!?]", text):
+        if same_words(text):
+            here = all(_has(set(regex.findall(r"\w+", piece)), group) for group in groups)
+        else:
+            here = all(
+                any(n in piece for n in group.words & words)
+                or any(p in piece for p in group.prefixes if any(w.startswith(p) for w in words))
+                for group in groups
+            )
+        if here:
+            spans.append((start, start + len(piece)))
+        start += len(piece) + 1
+    return spans
 
 
 _WORD_TEXTS = st.text(alphabet="abmke ti.!?-'1\u093e\u00e9\u201c", max_size=60)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_WORD_TEXTS)
-def test_the_rules_tried_are_those_whose_groups_all_have_a_word(text: str) -> None:
-    # Gate._tried reads the rules off the guard bits of one integer: the same rules, in file order,
-    # as testing every group of every rule (and rules without triggers always).
-    source = rules(r"\bmake\b", second=True).replace(
-        "patterns = ['\\bmake\\b']", "patterns = ['\\bmake\\b']\ntriggers = [['make', 'bu*'], ['ki*']]"
-    )
-    source += "[[rules]]\nid = 'third'\ncategory = 'jailbreak'\npatterns = ['\\bti']\ntriggers = ['ti*']\n"
-    gate = Gate(parse_rules(source, source="t"))
-    assert [len(rule.triggers) for rule in gate.rules.rules] == [2, 1, 1]
-    question = _Question(normalize(text), gate._heads)
-    assert gate._tried(question) == _reference_tried(gate, question.words)
-
-
-def test_the_rules_tried_by_the_shipped_gate_on_forum_questions() -> None:
-    from eval.bench.gate import FORUM, forum_questions
-
-    for text in forum_questions(FORUM, limit=200):
-        question = _Question(normalize(text), SHIPPED._heads)
-        assert SHIPPED._tried(question) == _reference_tried(SHIPPED, question.words), text[:80]
-
-
-_FIRST = [
-    (frozenset(), frozenset({"a"})),
-    (frozenset({"make", "ti"}), frozenset({"bu"})),
-    (frozenset({"a", "i", "abm"}), frozenset({"ti", "e", "k"})),
+_GROUPS = [
+    (),
+    (TriggerGroup(frozenset({"make"}), frozenset({"bu"})),),
+    (TriggerGroup(frozenset({"make"}), frozenset({"bu"})), TriggerGroup(frozenset(), frozenset({"ki"}))),
+    (TriggerGroup(frozenset({"ti", "a"}), frozenset()), TriggerGroup(frozenset(), frozenset({"e", "mak"}))),
 ]
 
 
 @settings(max_examples=500, deadline=None)
-@given(_WORD_TEXTS, st.sampled_from(_FIRST))
-def test_the_question_finds_the_word_starts_a_scan_finds(
-    text: str, first: tuple[frozenset[str], frozenset[str]]
+@given(_WORD_TEXTS, st.sampled_from(_GROUPS))
+def test_a_rule_is_searched_in_the_sentences_that_hold_its_triggers(
+    text: str, groups: tuple[TriggerGroup, ...]
 ) -> None:
-    # _Question.starts: the word starts (as the rules' engine reads words: "\u093e" is a letter to
-    # regex, not to re) in each sentence whose word is one of the words or begins with a prefix, in order.
-    words, prefixes = first
+    # "\u093e" is a letter to regex, not to re: where the engines read other words, a trigger is
+    # looked for anywhere in the sentence.
     normalized = normalize(text)
-    question = _Question(normalized, _Heads(frozenset().union(*(p for _, p in _FIRST))))
-    for s, e in [(0, len(normalized)), *question.sentences((TriggerGroup(words, prefixes),))]:
-        scan = [
-            m.start()
-            for m in regex.finditer(r"\w+", normalized[:e])
-            if m.start() >= s and (m.group() in words or m.group().startswith(tuple(prefixes)))
-        ]
-        assert question.starts(first, s, e) == scan
+    found = [(s.start, s.end) for s in _Question(normalized).sentences(groups)]
+    assert found == _reference_spans(normalized, groups)
 
 
-def test_words_both_engines_read_alike_take_the_fast_path() -> None:
-    assert _same_words("\u00e9t\u00e9 \u201cok\u201d \u2192 x")
-    assert _same_words("abc")
-    assert not _same_words("e\u0301")  # a combining accent: a word character to regex only
-    assert not _same_words("\u0928\u092e\u0938\u094d\u0924\u0947")  # a vowel sign: a letter to regex only
+def test_the_shipped_rules_are_searched_where_their_triggers_are() -> None:
+    from eval.bench.gate import FORUM, forum_questions
+
+    for text in forum_questions(FORUM, limit=200):
+        normalized = normalize(text[: SHIPPED.max_chars])
+        question = _Question(normalized)
+        for rule in SHIPPED.rules.rules:
+            found = [(s.start, s.end) for s in question.sentences(rule.triggers)]
+            assert found == _reference_spans(normalized, rule.triggers), rule.id
 
 
-def test_word_heads_are_remembered_up_to_a_limit() -> None:
-    heads = _Heads(frozenset({"ma", "make", "bu", "x"}), limit=2)
-    assert heads.of({"make", "making", "build", "z"}) == {"ma", "make", "bu"}
-    assert len(heads._known) == 2  # then computed, not remembered
-    assert heads.of({"make", "making", "build", "z", "xyz"}) == {"ma", "make", "bu", "x"}
+def test_words_both_engines_read_alike_are_split_once() -> None:
+    assert same_words("\u00e9t\u00e9 \u201cok\u201d \u2192 x")
+    assert same_words("abc")
+    assert not same_words("e\u0301")  # a combining accent: a word character to regex only
+    assert not same_words("\u0928\u092e\u0938\u094d\u0924\u0947")  # a vowel sign: a letter to regex only
 
 
-_PARTS_RULES = """version = 1
+def test_a_near_group_hits_in_either_order_within_one_sentence() -> None:
+    gate = Gate(parse_rules(_NEAR_RULES, source="t"))
+    assert gate.check("i want a gun").hit
+    assert gate.check("how do I get thermite to make a mess").hit
+    assert not gate.check("me and i make a level").hit
+    assert not gate.check("thermite. make a level").hit
+    assert not gate.check("i want a gun for my game").hit
+
+
+_NEAR_RULES = """version = 1
 [replies.weapons]
 en = "No weapons."
 fr = "Non."
@@ -275,67 +261,31 @@ near = [['\\bmake\\b', '\\b(?:napalm|thermite)\\b']]
 exceptions = ['\\bgame\\b']
 exception_window = 12
 """
-_PARTS_WORDS = "i me make how to build bomb guns gun napalm thermite game a x . ! ; but".split()  # noqa: SIM905
+_NEAR_WORDS = "i me make how to build bomb guns gun napalm thermite game a x . ! ; but".split()  # noqa: SIM905
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.sampled_from(_PARTS_WORDS), max_size=24))
-def test_a_rule_is_tried_only_where_one_of_its_alternatives_can_match(words: list[str]) -> None:
-    # An alternative's first words are tried only in the sentences that hold what every match of it
-    # holds (Gate._parts): the same matches, in the same order, as a scan of every position, so the
-    # same decisions (exceptions scoped to each match).
-    gate = Gate(parse_rules(_PARTS_RULES, source="t"))
+@given(st.lists(st.sampled_from(_NEAR_WORDS), max_size=24))
+def test_the_alternatives_tried_alone_find_the_matches_of_a_scan(words: list[str]) -> None:
+    # Each alternative is tried alone at its own word starts, in the sentences that hold its needs:
+    # the same matches, in the same order, as a scan of every position with the joined pattern, so
+    # the same decisions (exceptions scoped to each match).
+    gate = Gate(parse_rules(_NEAR_RULES, source="t"))
     rule = gate.rules.rules[0]
-    assert gate._parts[rule.pattern.pattern] is not None
-    scan = Gate(dataclasses.replace(gate.rules, rules=(dataclasses.replace(rule, starts=None),)))
+    alternatives = gate._alternatives[0]
+    assert alternatives is not None
+    assert len(alternatives) == 4  # two patterns, and the near group in either order
     text = normalize(" ".join(words))
-    question = _Question(text, gate._heads)
-    spans = question.sentences(rule.triggers) if gate._tried(question) == [0] else []
-    for s, e in spans:
-        found = [m.span() for m in gate._matches(rule, question, s, e)]
-        assert found == [m.span() for m in rule.pattern.finditer(text, s, e)], (text, s, e)
+    question = _Question(text)
+    for sentence in question.sentences(rule.triggers):
+        found = [m.span() for m in gate._matches(rule, alternatives, question, sentence)]
+        assert found == [m.span() for m in rule.pattern.finditer(text, sentence.start, sentence.end)], text
+    scan = Gate(gate.rules)
+    scan._alternatives = [None]
     assert gate.check(text) == scan.check(text), text
 
 
-def test_an_alternative_whose_needs_a_sentence_lacks_is_not_tried_there() -> None:
-    gate = Gate(parse_rules(_PARTS_RULES, source="t"))
-    rule = gate.rules.rules[0]
-    parts = gate._parts[rule.pattern.pattern]
-    assert parts is not None
-    text = normalize("i want a gun. me and i make a level")
-    question = _Question(text, gate._heads)
-    end = text.index(".")
-    question.sentences(rule.triggers)  # reads where the sentences end
-    first, second = (0, end), (end + 1, len(text))
-    assert 0 in [index for index, _, _ in question.here(parts, *first)]  # "gun" is in the first sentence
-    assert 0 not in [index for index, _, _ in question.here(parts, *second)]  # no "bomb" nor "gun" there
-    assert gate.check("i want a gun").hit
-    assert not gate.check("me and i make a level").hit
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(_PARTS_WORDS), max_size=24))
-def test_the_needs_bits_name_the_alternatives_a_word_by_word_reading_names(words: list[str]) -> None:
-    # _Question.active reads the alternatives whose needs a sentence holds off one integer per rule
-    # (_Alternatives): the same alternatives, with the same sentences, as checking each need of each
-    # alternative against each sentence's words.
-    gate = Gate(parse_rules(_PARTS_RULES, source="t"))
-    alternatives = gate._parts[gate.rules.rules[0].pattern.pattern]
-    assert alternatives is not None
-    text = normalize(" ".join(words))
-    question = _Question(text, gate._heads)
-    sentences = [set(regex.findall(r"\w+", sentence)) for sentence in regex.split(r"[.!?]", text)]
-    expected = []
-    for index, (_, _, needs) in enumerate(alternatives.parts):
-        held = [
-            i
-            for i, sentence in enumerate(sentences)
-            if all(any(word.startswith(need) for word in sentence for need in group) for group in needs)
-        ]
-        if held:
-            expected.append((index, held if len(sentences) > 1 else [0]))
-    found = [
-        (index, [i for i in range(len(sentences)) if mask >> i & 1])
-        for mask, index, _, _ in question.active(alternatives)
-    ]
-    assert found == expected, text
+def test_an_alternative_without_known_starts_leaves_its_rule_scanned() -> None:
+    gate = Gate(parse_rules(rules(r"\bmake a bomb|bomb", second=False), source="t"))
+    assert gate._alternatives == [None]  # "bomb" may start inside a word
+    assert gate.check("an abomb").hit

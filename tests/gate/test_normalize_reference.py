@@ -4,20 +4,18 @@ The reference is the normalisation as it stood before them (commit 4e6cb35): ``_
 to a word's start character by character and ``_EDGE_LEET`` matched from each word's start. Both are
 compared on every labelled line, the 1,000 forum questions and every archive post (each cut to the
 gate's 4,000 characters), and on the hand-made texts below that reach the rarer branches. The
-non-ASCII folding (one ``str.replace`` per character) is checked against translating the runs, and
-the gate's ASCII word split (``str.translate`` then a split on spaces) against the capturing split.
+non-ASCII folding (one ``str.replace`` per character) is checked against translating the runs.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
 
 import pytest
 
 from eval.bench.gate import FORUM, forum_questions
 from eval.bench.gate_compare import labelled_texts
-from gate.matcher import _SPLIT_WORDS, DEFAULT_MAX_CHARS, _Heads, _Question
+from gate.matcher import DEFAULT_MAX_CHARS
 from gate.normalize import (
     _EDGE_LEET,
     _FOLD,
@@ -121,17 +119,3 @@ def _reference_fold_runs(text: str) -> str:
 @pytest.mark.parametrize("text", _FOLD_HANDMADE)
 def test_non_ascii_folding_matches_translating_the_runs(text: str) -> None:
     assert _fold_non_ascii(text) == _reference_fold_runs(text)
-
-
-def test_ascii_words_and_starts_match_the_regex_split() -> None:
-    texts = ["", "a", "  a  b__c 12,x.y!  ", "h0w t0 m4k3 a b0mb? (yes) -- no...", "x" * 50 + ".\t\x1f" + "y"]
-    for text in texts + [normalize(t) for t in _labelled_and_forum()[:2000]]:
-        if not text.isascii():
-            continue
-        question = _Question(text, _Heads(frozenset()))
-        pieces = _SPLIT_WORDS.split(text)
-        assert question.words == set(pieces[1::2])
-        words, starts = question._read()
-        ends = list(itertools.accumulate(map(len, pieces)))  # a word starts where the text before it ends
-        expected = sorted(zip(pieces[1::2], ends[::2], strict=False))
-        assert list(zip(words, starts, strict=True)) == expected, text
