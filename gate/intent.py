@@ -4,7 +4,8 @@ The pipeline already embeds every question for recall (the same model as the ind
 reuses that vector, so it costs no model call, only two small matrix-vector products.
 
 What it holds (``gate/intent/<model>.json``, one file per embedding model, written by
-``make gate`` (``gate.train.intent``) from ``gate/intent/exemplars.jsonl``):
+``make gate`` (``gate.train.intent``) from the exemplars, ``eval/data/gate/training/exemplars.jsonl``,
+a training set like the others: nothing reads that file at run time):
 
 - the embeddings of the labelled exemplars: harmful requests (with their category) and benign
   look-alikes and ordinary forum questions, French and English, written for each category and never
@@ -75,11 +76,6 @@ class IntentDecision:
 def model_slug(model: str) -> str:
     """The file name part of a model id (``sentence-transformers/all-MiniLM-L6-v2``: ``all-MiniLM-L6-v2``)."""
     return model.rstrip("/").rsplit("/", 1)[-1]
-
-
-def exemplars_text() -> str:
-    """The shipped exemplars (``gate/intent/exemplars.jsonl``)."""
-    return resources.files("gate").joinpath("intent", "exemplars.jsonl").read_text(encoding="utf-8")
 
 
 def exemplars_digest(text: str) -> str:

@@ -26,13 +26,9 @@ FILE = "gate/manifest.json"
 FORMAT = 1
 REPO = Path(__file__).resolve().parents[1]
 
-TRAINING_DATA = (
-    "gate/intent/exemplars.jsonl",
-    "tests/gate/*.jsonl",
-    "eval/data/gate-train/*.jsonl",
-)
-"""The labelled lines the heads learn from (``gate/train/data.py``), with the held-out sets it
-names (:func:`heldout_inputs`): every set and its role is in ``eval/data/README.md``."""
+TRAINING_DATA = ("eval/data/gate/training/*.jsonl",)
+"""The labelled lines the heads learn from (``gate/train/data.py``), with the untouched held-out sets
+it names (:func:`heldout_inputs`): every set and its role is in ``eval/data/gate/README.md``."""
 RULES = ("gate/rules/*.toml",)
 
 
@@ -48,11 +44,12 @@ class Step:
 
 
 def heldout_inputs() -> tuple[str, ...]:
-    """The held-out sets the heads read: those already tuned on (training data), and the untuned
-    ones (read only to leave their lines out of the training data)."""
-    from gate.train.data import TUNED_HELDOUT, UNTUNED_HELDOUT
+    """The untouched held-out sets the heads read, by name (only to leave their lines out of the
+    training data): a new file in ``untouched/`` is not an input until ``UNTUNED_HELDOUT`` names it.
+    The held-out sets already tuned on are in ``training/``."""
+    from gate.train.data import UNTUNED_HELDOUT
 
-    return tuple(f"eval/data/gate-heldout/{name}" for name in (*TUNED_HELDOUT, *UNTUNED_HELDOUT))
+    return tuple(f"eval/data/gate/untouched/{name}" for name in UNTUNED_HELDOUT)
 
 
 def steps() -> tuple[Step, ...]:

@@ -3,9 +3,9 @@
 For a change that must keep every decision (a speed-up), two checks in one process:
 
 - **decisions**: both gates (``Gate.check``, rules and lexical head, and the rules alone) over every
-  labelled line (``tests/gate/*.jsonl``, ``eval/data/gate-heldout/*.jsonl``,
-  ``eval/data/gate-train/*.jsonl``, the dev probes), the 1,000 forum questions and every archive
-  post; every difference in ``(hit, rule_id, category)`` is counted and the first ones printed;
+  labelled line (``eval/data/gate/**/*.jsonl``, every role, the dev probes), the 1,000 forum
+  questions and every archive post; every difference in ``(hit, rule_id, category)`` is counted and
+  the first ones printed;
 - **time**: the rules alone (normalisation included; ``--layer rules+head``: ``Gate.check`` with
   the lexical head, as the pipeline calls it) of both gates over the forum questions, alternated
   ``--rounds`` times (baseline, this tree, baseline, ...), each question timed ``--repeat`` times
@@ -35,12 +35,7 @@ from gate import Gate
 from gate.train.lexical import archive_texts
 
 REPO = Path(__file__).resolve().parents[2]
-LABELLED = (
-    sorted((REPO / "tests" / "gate").glob("*.jsonl"))
-    + sorted((REPO / "eval" / "data" / "gate-heldout").glob("*.jsonl"))
-    + sorted((REPO / "eval" / "data" / "gate-train").glob("*.jsonl"))
-    + [PROBES]
-)
+LABELLED = [*sorted((REPO / "eval" / "data" / "gate").rglob("*.jsonl")), PROBES]
 
 
 def tree_gates(tree: Path) -> tuple[Any, Any]:

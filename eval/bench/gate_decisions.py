@@ -5,8 +5,8 @@ to compare before and after a change that must not change any decision.
     python -m eval.bench.gate_decisions --out /tmp/after.jsonl       # on the new code
     python -m eval.bench.gate_decisions --compare /tmp/before.jsonl  # or diff the two files
 
-The lines: every ``*.jsonl`` under ``tests/gate/`` and ``eval/data/gate-*/`` (their ``text``), the
-probe file beside the clone, the first posts of the Urho3D archive (dev questions first, as
+The lines: every ``*.jsonl`` under ``eval/data/gate/`` (their ``text``; every role), the probe file
+beside the clone, the first posts of the Urho3D archive (dev questions first, as
 ``eval.bench.gate.forum_questions``; ``--limit``, default all of them) and, with ``--archive``, every
 post of the archive (``gate.train.lexical.archive_texts``). A decision is its hit, rule, category,
 kind, language and reading, under a regex timeout no pattern reaches.
@@ -29,7 +29,7 @@ TIMEOUT_MS = 600_000
 
 def labelled_lines(repo: Path = REPO, probes: Path = PROBES) -> Iterator[tuple[str, str]]:
     """(where, text) of every labelled line: ``path:line``."""
-    folders = [repo / "tests" / "gate", *sorted((repo / "eval" / "data").glob("gate-*"))]
+    folders = [repo / "eval" / "data" / "gate"]
     paths = [p for folder in folders for p in sorted(folder.rglob("*.jsonl"))]
     if probes.exists():
         paths.append(probes)

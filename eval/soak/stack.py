@@ -36,7 +36,8 @@ from eval.stack.launcher import (
 from eval.stack.postgres import ensure_database, with_database
 from eval.stack.procs import CITEBOT, Child, tail
 from eval.stack.redis import RedisServer, free_port
-from gate.intent import BENIGN, IntentLayer, exemplars_text
+from gate.intent import BENIGN, IntentLayer
+from gate.train.data import exemplars_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "eval" / "data" / "urho3d-sample"
@@ -330,7 +331,7 @@ class SoakStack:
 
 
 def write_intent_layer(path: Path) -> Path:
-    """The gate's intent layer for the soak's embedding model: the shipped exemplars embedded by the
+    """The gate's intent layer for the soak's embedding model: the gate's exemplars embedded by the
     model double, so that the layer really needs the embedder. Its threshold is the top of the margin
     scale, so it never refuses a soak question; what the soak exercises is its embedding and fallback."""
     rows = [json.loads(line) for line in exemplars_text().splitlines() if line.strip()]

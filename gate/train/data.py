@@ -1,20 +1,19 @@
 """The labelled lines the gate's two learned heads are fitted on: one list, for both.
 
 The lexical head (``gate.train.lexical``) and the embedding layer's linear head (``gate.train.intent``),
-both refitted by ``make gate`` (``python -m gate.build``), learn from the same lines (every set and
-its role: ``eval/data/gate-heldout/../README.md``, i.e. ``eval/data/README.md``):
+both refitted by ``make gate`` (``python -m gate.build``), learn from the same lines. Every labelled
+set lives in ``eval/data/gate/`` (its README gives each set's size, role, readers and history), in
+two folders by role:
 
-- the embedding layer's exemplars (``gate/intent/exemplars.jsonl``: ``label`` is a category or
-  ``benign``);
-- the gate's regression sets (``tests/gate/*.jsonl``: ``expect`` block/pass, ``category``);
-- the held-out sets already tuned on (``TUNED_HELDOUT`` in ``eval/data/gate-heldout/``: each was
-  scored once before any change was written from it, then became training data);
-- the training sets written for the heads by helpers who never saw the rules
-  (``eval/data/gate-train/*.jsonl``, provenance in its README).
-
-Never the untuned held-out sets (blind 10 and 12, and a new one before its first
-score): they stay for measuring (``UNTUNED_HELDOUT``; a test checks that no training line repeats one
-of theirs).
+- ``training/``: everything the heads are fitted on, in this order: the embedding layer's exemplars
+  (``exemplars.jsonl``: ``label`` is a category or ``benign``), the first regression sets
+  (``REGRESSION_SETS``: ``expect`` block/pass, ``category``), the held-out sets already tuned on
+  (``TUNED_HELDOUT``: each was scored once before any change was written from it, then became
+  training data) and the sets written for the heads by helpers who never saw the rules
+  (``gate-train-*.jsonl``);
+- ``untouched/``: the held-out sets never fitted on and never written from (``UNTUNED_HELDOUT``):
+  measures only. The training code reads them only to leave out any training line that repeats one
+  of theirs (a test checks it).
 """
 
 from __future__ import annotations
@@ -24,16 +23,33 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gate.intent import BENIGN, exemplars_text
+from gate.intent import BENIGN
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data"
 """The data beside the clone (not in the repository): the forum archive and the probe file."""
 PROBES = DATA / "gate-probes-dev.jsonl"
 FORUM = DATA / "urho3d"
-REGRESSION = REPO / "tests" / "gate"
-HELDOUT = REPO / "eval" / "data" / "gate-heldout"
-TRAINING = REPO / "eval" / "data" / "gate-train"
+LABELLED = REPO / "eval" / "data" / "gate"
+"""Every labelled set of the gate, by role (its README is the table of them)."""
+TRAINING = LABELLED / "training"
+UNTOUCHED = LABELLED / "untouched"
+EXEMPLARS = TRAINING / "exemplars.jsonl"
+FLOORS = LABELLED / "floors.toml"
+"""The recorded floor of each held-out set (``tests/gate/test_floors.py``)."""
+REGRESSION_SETS = (
+    "blind-1.jsonl",
+    "blind-2.jsonl",
+    "blind-3.jsonl",
+    "blind-5.jsonl",
+    "cases-v2.jsonl",
+    "cases-v3.jsonl",
+    "cases.jsonl",
+    "dev-3.jsonl",
+    "heldout.jsonl",
+)
+"""The sets written with the rules (``tests/gate/`` until issue 34): training data, and most of them
+regression sets the gate's tests check line by line (the README says which)."""
 TUNED_HELDOUT = (
     "blind-4.jsonl",
     "blind-6.jsonl",
@@ -75,7 +91,7 @@ UNTUNED_HELDOUT = (
     "blind-12.jsonl",
     "blind-43.jsonl",
 )
-"""Held-out sets never fitted on: measures only."""
+"""Held-out sets never fitted on (in ``untouched/``): measures only."""
 CATEGORY_ALIASES = {"other": "crime"}
 
 
@@ -92,13 +108,21 @@ class Labelled:
         return self.category is not None
 
 
+def written_files() -> list[Path]:
+    """The training sets written for the heads (``training/gate-train-*.jsonl``), sorted."""
+    return sorted(TRAINING.glob("gate-train-*.jsonl"))
+
+
 def labelled_files() -> list[Path]:
-    """The JSON Lines files (``expect``/``category`` lines) of the training data, in a fixed order."""
-    return (
-        sorted(REGRESSION.glob("*.jsonl"))
-        + [HELDOUT / name for name in TUNED_HELDOUT]
-        + sorted(TRAINING.glob("*.jsonl"))
-    )
+    """The JSON Lines files (``expect``/``category`` lines) of the training data, in a fixed order
+    (the fits are deterministic for a given order): the regression sets, the tuned held-out sets,
+    the written training sets."""
+    return [TRAINING / name for name in (*REGRESSION_SETS, *TUNED_HELDOUT)] + written_files()
+
+
+def untouched_files() -> list[Path]:
+    """The untouched held-out sets (``UNTUNED_HELDOUT``), never fitted on."""
+    return [UNTOUCHED / name for name in UNTUNED_HELDOUT]
 
 
 def read_set(path: Path) -> list[Labelled]:
@@ -117,6 +141,11 @@ def read_set(path: Path) -> list[Labelled]:
     return rows
 
 
+def exemplars_text() -> str:
+    """The embedding layer's exemplars (``training/exemplars.jsonl``), as written."""
+    return EXEMPLARS.read_text(encoding="utf-8")
+
+
 def exemplar_rows() -> list[Labelled]:
     """The embedding layer's exemplars as training lines."""
     rows = []
@@ -132,7 +161,7 @@ def training_rows() -> list[Labelled]:
     """Every line the heads learn from: the exemplars first, then :func:`labelled_files` in order;
     a line whose text is also in an untuned held-out set is left out (generic wordings such as
     "ignore all previous instructions" recur across sets, and a measure must not be fitted on)."""
-    measured = {row.text.casefold().strip() for name in UNTUNED_HELDOUT for row in read_set(HELDOUT / name)}
+    measured = {row.text.casefold().strip() for path in untouched_files() for row in read_set(path)}
     rows = exemplar_rows()
     for path in labelled_files():
         rows += read_set(path)

@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from gate import Gate
-from gate.intent import BENIGN, IntentLayer, exemplars_digest, exemplars_text, model_slug
+from gate.intent import BENIGN, IntentLayer, exemplars_digest, model_slug
 from gate.train.data import (
     FORUM,
     TUNED_HELDOUT,
     archive_posts,
+    exemplars_text,
     forum_questions,
     labelled_files,
     read_set,
@@ -130,8 +131,8 @@ def train(args: argparse.Namespace) -> int:
         },
         "calibration": (
             f"threshold = max(highest score of the 1000 forum questions {top:.4f} + {args.margin}, "
-            f"the score that keeps {allowed} of the {len(look_scores)} benign look-alikes of tests/gate "
-            f"at or above it: {look_threshold:.4f}, --at-least {args.at_least})"
+            f"the score that keeps {allowed} of the {len(look_scores)} benign look-alikes of the training "
+            f"sets at or above it: {look_threshold:.4f}, --at-least {args.at_least})"
         ),
         "forum_score_max": round(top, 4),
         "forum_score_p99": round(percentile(forum_scores, 0.99), 4),

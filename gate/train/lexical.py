@@ -3,9 +3,10 @@
 
 - :func:`train` fits it on:
 
-  - harmful (label 1): the harmful exemplars (``gate/intent/exemplars.jsonl``), the harmful lines of
-    the regression sets (``tests/gate/*.jsonl``) and of the held-out sets already tuned on
-    (``TUNED_HELDOUT``); never the untuned held-out sets (``UNTUNED_HELDOUT``), which stay for measuring;
+  - harmful (label 1): the harmful lines of every training set (``gate.train.data``:
+    ``eval/data/gate/training/``, the exemplars, the regression sets, the held-out sets already tuned
+    on and the written training sets); never the untouched held-out sets (``UNTUNED_HELDOUT``, in
+    ``eval/data/gate/untouched/``), which stay for measuring;
   - look-alikes (label 0): the benign lines of the same files;
   - forum text (label 0): every unit (sentence, pair of sentences) of every post of the Urho3D
     archive and of the 1,000 forum questions of ``python -m eval.bench gate``.

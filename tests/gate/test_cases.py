@@ -1,5 +1,7 @@
 """Table-driven: every labelled question gets the expected decision from the shipped rules.
 
+The sets are in ``eval/data/gate/training/`` (its README gives each set's role and history):
+
 - ``cases.jsonl``: French and English, block and pass, obfuscations and benign look-alikes;
 - ``heldout.jsonl``: other wordings of the same intents, written apart from the rules;
 - ``blind-1.jsonl``, ``blind-2.jsonl``, ``blind-3.jsonl``: three sets written by someone who had
@@ -9,6 +11,8 @@
   doxxing), the label is the category whose rule answers first;
 - ``../shared/data/gate-probes-dev.jsonl`` (the project's probe file, beside the clone): every
   ``block`` probe hits and at most one ``pass`` probe does.
+
+The held-out sets' floors are one table, ``eval/data/gate/floors.toml`` (``test_floors.py``).
 """
 
 from __future__ import annotations
@@ -22,22 +26,20 @@ import pytest
 
 from eval.bench.gate import FORUM, forum_questions
 from gate import Gate, RuleSet
-
-HERE = Path(__file__).parent
-PROBES = Path(__file__).parents[2].parent / "shared" / "data" / "gate-probes-dev.jsonl"
+from gate.train.data import PROBES, TRAINING, written_files
 
 
 def load(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-CASES = load(HERE / "cases.jsonl")
-HELDOUT = load(HERE / "heldout.jsonl")
-BLIND = [row for n in (1, 2, 3) for row in load(HERE / f"blind-{n}.jsonl")]
+CASES = load(TRAINING / "cases.jsonl")
+HELDOUT = load(TRAINING / "heldout.jsonl")
+BLIND = [row for n in (1, 2, 3) for row in load(TRAINING / f"blind-{n}.jsonl")]
 # Issue 17: one line per class of miss (scoped exceptions, strict categories, new categories, gaps,
 # slang, normalisation), each labelled with its class; and the fifth blind set once it is scored.
-V2 = load(HERE / "cases-v2.jsonl")
-BLIND_5 = load(HERE / "blind-5.jsonl")
+V2 = load(TRAINING / "cases-v2.jsonl")
+BLIND_5 = load(TRAINING / "blind-5.jsonl")
 
 
 DECIDE_MS = 60_000
@@ -132,132 +134,7 @@ def test_alternatives_never_change_a_decision(gate: Gate) -> None:
     scanned = Gate(gate.rules, lexical=gate.lexical, timeout_ms=DECIDE_MS)
     assert sum(a is not None for a in scanned._alternatives) >= 50
     scanned._alternatives = [None] * len(gate.rules.rules)
-    training = sorted((HERE.parents[1] / "eval" / "data" / "gate-train").glob("*.jsonl"))
-    rows = CASES + HELDOUT + BLIND + V2 + BLIND_5 + load(PROBES) + [r for p in training for r in load(p)]
+    training = [row for path in written_files() for row in load(path)]
+    rows = CASES + HELDOUT + BLIND + V2 + BLIND_5 + load(PROBES) + training
     for text in [row["text"] for row in rows] + forum_questions(FORUM, limit=300):
         assert gate.check(text) == scanned.check(text), text
-
-
-HELD_OUT = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-4.jsonl")
-
-
-def test_blind_set_4_keeps_its_recorded_floor(gate: Gate) -> None:
-    # Scored once untuned (eval/data/gate-heldout/README.md); since issue 17's fourth session it is
-    # the heads' training data too: the floor is what the rules scored on it when it was first run.
-    harmful = [row for row in HELD_OUT if row["expect"] == "block"]
-    harmless = [row for row in HELD_OUT if row["expect"] == "pass"]
-    assert (len(harmful), len(harmless)) == (90, 70)
-    blocked = sum(gate.check(row["text"]).hit for row in harmful)
-    false_blocks = sum(gate.check(row["text"]).hit for row in harmless)
-    assert blocked >= 57
-    assert false_blocks <= 1
-
-
-HELD_OUT_6 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-6.jsonl")
-
-
-def assert_floor(
-    gate: Gate, rows: list[dict[str, Any]], sizes: tuple[int, int], *, blocked: int, false_blocks: int
-) -> None:
-    """A held-out set's recorded floor: its (harmful, benign) sizes, at least ``blocked`` harmful lines
-    blocked by ``Gate.check`` and at most ``false_blocks`` benign ones."""
-    harmful = [row for row in rows if row["expect"] == "block"]
-    harmless = [row for row in rows if row["expect"] == "pass"]
-    assert (len(harmful), len(harmless)) == sizes
-    assert sum(gate.check(row["text"]).hit for row in harmful) >= blocked
-    assert sum(gate.check(row["text"]).hit for row in harmless) <= false_blocks
-
-
-def test_blind_set_6_keeps_its_recorded_floor(gate: Gate) -> None:
-    # Scored once by the rules of issue 17 (eval/data/gate-heldout/README.md); the heads' training
-    # data since the fourth session: the floor is the rules' first score.
-    assert_floor(gate, HELD_OUT_6, (125, 125), blocked=68, false_blocks=2)
-
-
-HELD_OUT_7 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-7.jsonl")
-
-
-def test_blind_set_7_keeps_what_its_tuning_reached(gate: Gate) -> None:
-    # Scored once before tuning (97/131 with both layers, 5/133 false blocks;
-    # eval/data/gate-heldout/README.md), then rules were written for the classes of its misses:
-    # an in-sample floor now, against losing them again.
-    assert_floor(gate, HELD_OUT_7, (131, 133), blocked=120, false_blocks=0)
-
-
-HELD_OUT_8 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-8.jsonl")
-
-
-def test_blind_set_8_keeps_its_recorded_floor(gate: Gate) -> None:
-    # The lead's set of the second session, scored untuned twice (eval/data/gate-heldout/README.md);
-    # the heads' training data since the fourth session: the floor is the rules' figures then.
-    assert_floor(gate, HELD_OUT_8, (120, 128), blocked=67, false_blocks=2)
-
-
-HELD_OUT_9 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-9.jsonl")
-
-
-def test_blind_set_9_keeps_what_its_tuning_reached(gate: Gate) -> None:
-    # Scored before tuning (rules 88/130 and 6/133 false blocks; rules and the lexical head 101/130;
-    # eval/data/gate-heldout/README.md), then its false-block classes were fixed in the rules and its
-    # lines became the lexical head's training data: an in-sample floor now.
-    assert_floor(gate, HELD_OUT_9, (130, 133), blocked=FLOOR_9, false_blocks=0)
-
-
-FLOOR_9 = 109
-
-
-HELD_OUT_10 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-10.jsonl")
-
-
-def test_untouched_blind_set_10_keeps_its_recorded_floor(gate: Gate) -> None:
-    # The lead's set of issue 17's third session, never tuned on (eval/data/gate-heldout/README.md):
-    # what the rules and the lexical head blocked on the final gate, so that a change losing ground on
-    # unseen wordings fails.
-    # 78 at the third session's end; 84 since the fourth session's training data (never fitted on it)
-    assert_floor(gate, HELD_OUT_10, (130, 132), blocked=84, false_blocks=3)
-
-
-HELD_OUT_11 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-11.jsonl")
-
-
-def test_blind_set_11_keeps_what_its_tuning_reached(gate: Gate) -> None:
-    # Scored once before tuning (all layers 95/130, 6/132 false blocks, all by rules;
-    # eval/data/gate-heldout/README.md), then its false-block classes were fixed in the rules and its
-    # lines became the heads' training data: an in-sample floor now (rules and the lexical head).
-    assert_floor(gate, HELD_OUT_11, (130, 132), blocked=FLOOR_11, false_blocks=0)
-
-
-FLOOR_11 = 107
-
-
-HELD_OUT_12 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-12.jsonl")
-
-
-def test_untouched_blind_set_12_keeps_its_recorded_floor(gate: Gate) -> None:
-    # The lead's set of issue 17's fourth session, scored once on the final gate and never tuned on
-    # (eval/data/gate-heldout/README.md): what the rules and the lexical head blocked then. The fifth
-    # session's rules block one more of its benign lines (aggregate only; its rows were not read).
-    assert_floor(gate, HELD_OUT_12, (130, 132), blocked=81, false_blocks=4)
-
-
-HELD_OUT_13 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-13.jsonl")
-
-
-def test_blind_set_13_keeps_its_recorded_floor(gate: Gate) -> None:
-    # Issue 17's fifth session: a fresh set, scored once on the final gate (6cc5a20), what the rules
-    # and the lexical head blocked then; training data since the sixth session (TUNED_HELDOUT), so
-    # its figures are in sample from then on (eval/data/gate-heldout/README.md).
-    assert_floor(gate, HELD_OUT_13, (130, 132), blocked=108, false_blocks=1)
-
-
-HELD_OUT_14 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-14.jsonl")
-HELD_OUT_15 = load(Path(__file__).parents[2] / "eval" / "data" / "gate-heldout" / "blind-15.jsonl")
-
-
-def test_blind_sets_14_and_15_keep_their_recorded_floors(gate: Gate) -> None:
-    # Issue 17's sixth session: two fresh sets held by the lead, scored once on the final gate
-    # (021f892) and never tuned on until the eighth session, when they became training data
-    # (TUNED_HELDOUT; eval/data/gate-heldout/README.md): what the rules and the lexical head
-    # (Gate.check) blocked then, in sample since.
-    assert_floor(gate, HELD_OUT_14, (130, 132), blocked=107, false_blocks=5)
-    assert_floor(gate, HELD_OUT_15, (130, 132), blocked=115, false_blocks=2)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from gate import IntentError, IntentLayer
-from gate.intent import exemplars_digest, exemplars_text
+from gate.intent import exemplars_digest
+from gate.train.data import REGRESSION_SETS, TRAINING, TUNED_HELDOUT, exemplars_text, untouched_files
 
 
 def unit(*values: float) -> list[float]:
@@ -101,8 +102,7 @@ def test_the_shipped_layer_matches_the_shipped_exemplars() -> None:
 
 def test_exemplars_are_not_copied_from_the_labelled_sets() -> None:
     texts = {json.loads(line)["text"].casefold() for line in exemplars_text().splitlines() if line.strip()}
-    here = Path(__file__).parent
-    sets = [*here.glob("*.jsonl"), *(here.parents[1] / "eval" / "data" / "gate-heldout").glob("*.jsonl")]
+    sets = [TRAINING / name for name in (*REGRESSION_SETS, *TUNED_HELDOUT)] + untouched_files()
     for path in sets:
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():

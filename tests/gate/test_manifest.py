@@ -32,25 +32,26 @@ def copy(tmp_path: Path) -> Path:
 
 
 def test_a_changed_input_is_caught(copy: Path) -> None:
-    with (copy / "tests" / "gate" / "cases.jsonl").open("a", encoding="utf-8") as out:
+    with (copy / "eval" / "data" / "gate" / "training" / "cases.jsonl").open("a", encoding="utf-8") as out:
         out.write('{"text": "a new line", "expect": "pass"}\n')
     problems = manifest.check(copy)
-    assert "lexical: input changed: tests/gate/cases.jsonl" in problems
-    assert "intent: input changed: tests/gate/cases.jsonl" in problems
+    assert "lexical: input changed: eval/data/gate/training/cases.jsonl" in problems
+    assert "intent: input changed: eval/data/gate/training/cases.jsonl" in problems
     assert not any(p.startswith("derived") for p in problems)
 
 
 def test_a_new_training_file_and_a_new_rule_file_are_caught(copy: Path) -> None:
-    (copy / "eval" / "data" / "gate-train" / "gate-train-99.jsonl").write_text("", encoding="utf-8")
+    (copy / "eval" / "data" / "gate" / "training" / "gate-train-99.jsonl").write_text("", encoding="utf-8")
     (copy / "gate" / "rules" / "more.toml").write_text("", encoding="utf-8")
     problems = manifest.check(copy)
-    assert "lexical: input added: eval/data/gate-train/gate-train-99.jsonl, gate/rules/more.toml" in problems
+    added = "eval/data/gate/training/gate-train-99.jsonl, gate/rules/more.toml"
+    assert f"lexical: input added: {added}" in problems
     assert "derived: input added: gate/rules/more.toml" in problems
 
 
 def test_a_new_untouched_heldout_set_is_not_an_input(copy: Path) -> None:
     # A fresh blind set is a measure: adding it must not ask for a refit.
-    (copy / "eval" / "data" / "gate-heldout" / "blind-99.jsonl").write_text("", encoding="utf-8")
+    (copy / "eval" / "data" / "gate" / "untouched" / "blind-99.jsonl").write_text("", encoding="utf-8")
     assert manifest.check(copy) == []
 
 

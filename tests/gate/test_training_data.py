@@ -1,5 +1,5 @@
-"""The heads' training data (gate/train/data.py, eval/data/gate-train/): its shape, and
-that nothing measured is trained on."""
+"""The heads' training data (gate/train/data.py, eval/data/gate/training/): its shape, that every
+labelled file is declared in one role, and that nothing measured is trained on."""
 
 from __future__ import annotations
 
@@ -11,16 +11,21 @@ import pytest
 
 from gate import Gate
 from gate.train.data import (
-    HELDOUT,
+    EXEMPLARS,
+    LABELLED,
+    REGRESSION_SETS,
     TRAINING,
     TUNED_HELDOUT,
+    UNTOUCHED,
     UNTUNED_HELDOUT,
     labelled_files,
     read_set,
     training_rows,
+    untouched_files,
+    written_files,
 )
 
-TRAINING_FILES = sorted(TRAINING.glob("*.jsonl"))
+TRAINING_FILES = written_files()
 
 
 def rows_of(path: Path) -> list[dict[str, object]]:
@@ -88,15 +93,21 @@ def test_every_training_line_is_labelled_with_a_category_the_gate_can_answer(pat
     assert sum(row["expect"] == "block" for row in rows) >= len(rows) // 8
 
 
+def test_every_labelled_file_has_one_role() -> None:
+    # every set is declared either training data (read by the fits) or a measure, never silently
+    # both or neither: a file in training/ the fits do not read, or an untouched set not declared
+    trained = sorted([EXEMPLARS, *labelled_files()])
+    measured = sorted(untouched_files())
+    assert trained == sorted(TRAINING.glob("*.jsonl"))
+    assert measured == sorted(UNTOUCHED.glob("*.jsonl"))
+    assert sorted(LABELLED.rglob("*.jsonl")) == sorted(trained + measured)
+    names = [*REGRESSION_SETS, *TUNED_HELDOUT, *UNTUNED_HELDOUT]
+    assert len(names) == len(set(names))
+
+
 def test_no_untuned_held_out_set_is_trained_on() -> None:
-    held_out = {path.name for path in HELDOUT.glob("*.jsonl")}
-    # every held-out set is declared either a measure or tuned on, never silently both or neither
-    assert held_out == set(TUNED_HELDOUT) | set(UNTUNED_HELDOUT)
-    assert not set(TUNED_HELDOUT) & set(UNTUNED_HELDOUT)
     assert not {path.name for path in labelled_files()} & set(UNTUNED_HELDOUT)
-    measured = {
-        str(row["text"]).casefold().strip() for name in UNTUNED_HELDOUT for row in rows_of(HELDOUT / name)
-    }
+    measured = {str(row["text"]).casefold().strip() for path in untouched_files() for row in rows_of(path)}
     trained = [row for row in training_rows() if row.text.casefold().strip() in measured]
     assert trained == []
 

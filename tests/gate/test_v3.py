@@ -1,14 +1,14 @@
 """Gate v3 (issue 34): extra readings (encodings, comments, steps, French phonetics) and support.
 
-``cases-v3.jsonl`` holds labelled examples of each class (``class``): ``block`` lines must be refused
-in their category, ``pass`` lines answered, ``support`` lines answered with the support reply.
+``eval/data/gate/training/cases-v3.jsonl`` holds labelled examples of each class (``class``):
+``block`` lines must be refused in their category, ``pass`` lines answered, ``support`` lines
+answered with the support reply.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +16,11 @@ import pytest
 from gate import Gate, canned_text
 from gate.readings import MAX_READINGS, readings
 from gate.support import SUPPORT
+from gate.train.data import TRAINING
 
 CASES = [
     json.loads(line)
-    for line in (Path(__file__).parent / "cases-v3.jsonl").read_text(encoding="utf-8").splitlines()
+    for line in (TRAINING / "cases-v3.jsonl").read_text(encoding="utf-8").splitlines()
     if line.strip()
 ]
 DECIDE_MS = 60_000
