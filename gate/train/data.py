@@ -90,6 +90,7 @@ UNTUNED_HELDOUT = (
     "blind-10.jsonl",
     "blind-12.jsonl",
     "blind-43.jsonl",
+    "blind-44.jsonl",
 )
 """Held-out sets never fitted on (in ``untouched/``): measures only."""
 CATEGORY_ALIASES = {"other": "crime"}
