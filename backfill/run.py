@@ -300,10 +300,11 @@ class _Run:
 
         def hand_over() -> None:
             nonlocal turn
-            page = pending.popleft()
+            page = pending[0]  # left there until handed over: a failure below salvages it
             # The oldest write's connection is the one whose turn comes next; a page whose range meets
             # one in flight (never, from a source keeping its contract) waits for every write.
             settle(0 if any(_overlaps(page, other) for other, _f in in_flight) else len(self.stores) - 1)
+            pending.popleft()
             after = in_flight[-1][1] if in_flight else None
             store = self.stores[turn % len(self.stores)]
             turn += 1
