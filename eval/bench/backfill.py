@@ -96,9 +96,9 @@ def server_cpu_s(url: str) -> float:
     """CPU seconds the PostgreSQL server at ``url`` has used: its postmaster, the backends it has reaped,
     and the processes still running (Linux ``/proc``; the server runs on this machine)."""
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    backend = int(row[0]) if row else 0
-    postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        # Read while the backend is alive: once the connection is closed, its /proc entry may be gone.
+        backend = conn.info.backend_pid
+        postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
     total = _proc_cpu_s(postmaster, children=True)
     for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
         try:
