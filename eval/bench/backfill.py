@@ -216,7 +216,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dimension", type=int, default=1024, help="vector dimension (bge-m3: 1024)")
     parser.add_argument("--page-size", type=int, default=2000, help="posts per commit")
     parser.add_argument("--no-index", action="store_true", help="skip the HNSW build (minutes at 425k)")
-    parser.add_argument("--writers", type=int, default=BackfillOptions.writers, help="writer connections")
+    parser.add_argument("--writers", type=int, default=BackfillOptions().writers, help="writer connections")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
