@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,6 +50,7 @@ class BackfillOptions:
     page_size: int = 1000
     batch_size: int = 32
     concurrency: int = 2
+    writers: int = 2  # connections writing pages at once (committed in source order)
     max_tokens: int = 256
     progress: bool | None = None
     progress_every_s: float = 30.0  # without a terminal: one progress line this often (the first sooner)
@@ -121,7 +123,7 @@ class _Page:
 class _Run:
     def __init__(
         self,
-        store: IndexStore,
+        stores: Sequence[IndexStore],
         reader: IndexStore,
         source: PostSource,
         embedder: Embedder,
@@ -131,7 +133,7 @@ class _Run:
         tokenizer: Any | None,
         category_names: dict[int, str] | None = None,
     ) -> None:
-        self.store = store  # written by the writer thread only
+        self.stores = tuple(stores)  # one writer connection each; a page is written by one of them
         self.reader = reader  # digest lookups from the reading thread, on a connection of its own
         self.source = source
         self.embedder = embedder
@@ -189,8 +191,21 @@ class _Run:
         self.timings["prepare"] += time.perf_counter() - t1
         return page
 
-    def commit(self, page: _Page, *, checkpoint: bool = True, partial: bool = False) -> None:
-        """Write a page; ``partial`` writes only its finished embeddings (no sweep, no checkpoint)."""
+    def commit(
+        self,
+        page: _Page,
+        *,
+        checkpoint: bool = True,
+        partial: bool = False,
+        store: IndexStore | None = None,
+        after: Future[None] | None = None,
+    ) -> None:
+        """Write a page; ``partial`` writes only its finished embeddings (no sweep, no checkpoint).
+
+        ``after``: the write of the page before this one, on another connection. This page's rows are
+        written meanwhile; its checkpoint and commit wait for that page's commit (and fail with it), so
+        pages commit in source order and a checkpoint never passes a page that is not committed.
+        """
         t0 = time.perf_counter()
         ok_posts: list[PreparedPost] = []
         blocks = []
@@ -205,7 +220,17 @@ class _Run:
         t1 = time.perf_counter()
         vectors = np.concatenate(blocks) if blocks else None
         batch = page.batch
-        removed = self.store.write_batch(
+        waited = 0.0
+
+        def counts_now() -> dict[str, float]:
+            nonlocal waited
+            if after is not None:
+                w0 = time.perf_counter()
+                after.result()
+                waited = time.perf_counter() - w0
+            return {**self.stats(), "seen": self.counts["seen"] + len(batch.posts)}
+
+        removed = (store or self.stores[0]).write_batch(
             ok_posts,
             vectors,
             lo=batch.lo if not partial else 1,
@@ -213,7 +238,7 @@ class _Run:
             keep=page.keep,
             source_key=self.source.key,
             cursor=batch.cursor if checkpoint and not partial else None,
-            stats={**self.stats(), "seen": self.counts["seen"] + len(batch.posts)},
+            stats=counts_now,
             fresh=page.fresh and not partial,
             prune=self.options.prune,
             rewritten=page.rewritten if not partial else (),
@@ -223,7 +248,8 @@ class _Run:
             self.counts.update(embedded=len(ok_posts))
             return
         self.timings["embed_wait"] += t1 - t0
-        self.timings["write"] += time.perf_counter() - t1
+        # The writer's own time: what it waited for the page before it to commit is not counted twice.
+        self.timings["write"] += time.perf_counter() - t1 - waited
         self.counts.update(
             seen=len(batch.posts),
             embedded=len(ok_posts),
@@ -253,43 +279,55 @@ class _Run:
             yield batch
 
     def pump(self, cursor: int | None, progress: Progress | None) -> None:
-        """Read and prepare pages here, embed them in the pool, write them in order on the writer thread.
+        """Read and prepare pages here, embed them in the pool, write them on the writer connections.
 
-        The writer has its own connection, so the database's work on page k (COPY, upsert, commit)
-        overlaps with preparing page k+1 here; one commit is in flight at a time, which keeps pages in
-        order and memory bounded.
+        Each writer has its own connection and thread, and the pages go to them in turn: the database
+        works on page k (COPY, the lexical column, the indexes) in one backend while another writes
+        page k+1 and this thread prepares page k+2. Pages still commit in source order (``commit``'s
+        ``after``); at most one page per writer is in flight, which keeps memory bounded.
         """
         pending: deque[_Page] = deque()
+        in_flight: deque[tuple[_Page, Future[None]]] = deque()
         pool = ThreadPoolExecutor(max_workers=self.options.concurrency, thread_name_prefix="embed")
-        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="write")
-        writing: Future[None] | None = None
-        in_write: _Page | None = None
+        writer = ThreadPoolExecutor(max_workers=len(self.stores), thread_name_prefix="write")
+        turn = 0
+
+        def settle(keep: int) -> None:
+            """Wait for the oldest writes until at most ``keep`` are in flight (a failed one raises)."""
+            while len(in_flight) > keep:
+                in_flight[0][1].result()
+                in_flight.popleft()
 
         def hand_over() -> None:
-            nonlocal writing, in_write
-            if writing is not None:
-                writing.result()
-                writing = None
-            in_write = pending.popleft()
-            writing = writer.submit(self.commit, in_write)
+            nonlocal turn
+            page = pending[0]  # left there until handed over: a failure below salvages it
+            # The oldest write's connection is the one whose turn comes next; a page whose range meets
+            # one in flight (never, from a source keeping its contract) waits for every write.
+            settle(0 if any(_overlaps(page, other) for other, _f in in_flight) else len(self.stores) - 1)
+            pending.popleft()
+            after = in_flight[-1][1] if in_flight else None
+            store = self.stores[turn % len(self.stores)]
+            turn += 1
+            in_flight.append((page, writer.submit(self.commit, page, store=store, after=after)))
 
         try:
             for batch in self.batches(cursor):
                 pending.append(self.plan(batch, pool, progress))
-                # Keep about one page of embedding requests queued behind the one being written.
+                # Keep about one page of embedding requests queued behind the ones being written.
                 while pending and (len(pending) > 2 or all(f.done() for _s, f in pending[0].futures)):
                     hand_over()
             while pending:
                 hand_over()
-            if writing is not None:
-                writing.result()
+            settle(0)
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
-            if writing is not None and in_write is not None:
+            unwritten = []
+            for page, fut in in_flight:  # let the commits in flight finish (or fail) first
                 try:
-                    writing.result()  # let the commit in flight finish (or fail) first
+                    fut.result()
                 except BaseException:
-                    pending.appendleft(in_write)
+                    unwritten.append(page)
+            pending.extendleft(reversed(unwritten))
             self._salvage(pending)
             raise
         finally:
@@ -317,6 +355,10 @@ def _advance_on(progress: Progress, n: int) -> Callable[[Future[EmbedResult]], N
             progress.advance(n, embedded=len(fut.result().ok))
 
     return done
+
+
+def _overlaps(a: _Page, b: _Page) -> bool:
+    return a.batch.lo <= b.batch.hi and b.batch.lo <= a.batch.hi
 
 
 def _succeeded(fut: Future[EmbedResult]) -> bool:
@@ -349,6 +391,7 @@ def run_backfill(
         BackfillLock(database.url, source.key, exclusive=bulk),
         connect(database) as conn,
         connect(database) as lookup_conn,
+        ExitStack() as more,
     ):
         store = IndexStore(conn, embedder.model)
         if options.reindex:
@@ -397,7 +440,13 @@ def run_backfill(
             drop_index(conn)
 
         reader = IndexStore(lookup_conn, embedder.model)
-        run = _Run(store, reader, source, embedder, options, restricted, sleep, tokenizer, names(conn))
+        # The other writers' connections: each page's rows cost the database more than preparing them
+        # costs us (the lexical column), so two backends write at once.
+        writers = [store] + [
+            IndexStore(more.enter_context(connect(database)), embedder.model)
+            for _ in range(options.writers - 1)
+        ]
+        run = _Run(writers, reader, source, embedder, options, restricted, sleep, tokenizer, names(conn))
         status = "failed"
         stopped: KeyboardInterrupt | None = None
         try:

@@ -8,7 +8,7 @@ Every batch is written in ONE transaction: COPY (binary) into a session TEMP sta
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,7 +110,7 @@ class IndexStore:
         keep: Iterable[int],
         source_key: str,
         cursor: int | None,
-        stats: Mapping[str, float],
+        stats: Mapping[str, float] | Callable[[], Mapping[str, float]],
         fresh: bool = False,
         prune: bool = False,
         rewritten: Sequence[PreparedPost] = (),
@@ -129,6 +129,10 @@ class IndexStore:
         rewritten in the same transaction, with no vector.
 
         ``walk``: the source's watermark (``backfill.sources.Watermarked``), saved with the checkpoint.
+
+        ``stats`` may be a function: it is called inside the transaction, after the rows are written and
+        just before the checkpoint, and may wait there (``backfill.run`` writes pages on two connections
+        at once and commits them in source order: a page waits for the one before it to commit).
         """
         keep_ids = sorted(set(keep))
         owner = owner_of(source_key)
@@ -164,8 +168,9 @@ class IndexStore:
                 (lo, hi, keep_ids, prune, owner),
             )
             removed = cur.rowcount
+            counts = stats() if callable(stats) else stats
             if cursor is not None:
-                done = {**stats, "removed": stats["removed"] + removed}
+                done = {**counts, "removed": counts["removed"] + removed}
                 self._checkpoint(source_key, cursor, "running", done, walk)
         return removed
 

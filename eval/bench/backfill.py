@@ -96,9 +96,9 @@ def server_cpu_s(url: str) -> float:
     """CPU seconds the PostgreSQL server at ``url`` has used: its postmaster, the backends it has reaped,
     and the processes still running (Linux ``/proc``; the server runs on this machine)."""
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    backend = int(row[0]) if row else 0
-    postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        # Read while the backend is alive: once the connection is closed, its /proc entry may be gone.
+        backend = conn.info.backend_pid
+        postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
     total = _proc_cpu_s(postmaster, children=True)
     for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
         try:
@@ -216,6 +216,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dimension", type=int, default=1024, help="vector dimension (bge-m3: 1024)")
     parser.add_argument("--page-size", type=int, default=2000, help="posts per commit")
     parser.add_argument("--no-index", action="store_true", help="skip the HNSW build (minutes at 425k)")
+    parser.add_argument("--writers", type=int, default=BackfillOptions().writers, help="writer connections")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -237,6 +238,7 @@ def main(argv: list[str]) -> int:
             page_size=args.page_size,
             batch_size=256,
             concurrency=2,
+            writers=args.writers,
             max_tokens=512,
             progress=False,
             build_index=not args.no_index,
@@ -272,6 +274,7 @@ def main(argv: list[str]) -> int:
     figures = {
         "n": summary.seen,
         "dimension": args.dimension,
+        "writers": args.writers,
         "embedded": summary.embedded,
         "ineligible": summary.ineligible,
         "posts_per_s_before_index": round(rate),

@@ -286,6 +286,53 @@ def test_two_concurrent_runs_never_duplicate(
     assert row == (12, 12)
 
 
+def test_pages_written_on_two_connections_commit_in_source_order(
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
+) -> None:
+    """Two writers hold pages in flight at once; each checkpoint is committed after the page before it,
+    so the recorded cursors only go up (a trigger logs every checkpoint in commit order)."""
+    with psycopg.connect(db_url) as conn:
+        conn.execute("CREATE TABLE checkpoints (n serial, post_id bigint)")
+        conn.execute(
+            "CREATE FUNCTION log_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.cursor ? 'post_id' THEN INSERT INTO checkpoints (post_id) "
+            "VALUES ((NEW.cursor->>'post_id')::bigint); END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER log_checkpoint AFTER UPDATE ON backfill_state "
+            "FOR EACH ROW EXECUTE FUNCTION log_checkpoint()"
+        )
+    summary = run_backfill(
+        database, MemorySource(corpus(40)), embedder, dataclasses.replace(options, writers=2)
+    )
+    assert (summary.status, summary.embedded) == ("done", 40)
+    with psycopg.connect(db_url) as conn:
+        cursors = [r[0] for r in conn.execute("SELECT post_id FROM checkpoints ORDER BY n").fetchall()]
+    assert cursors == list(range(4, 41, 4))
+    assert sorted(indexed(db_url)) == list(range(1, 41))
+
+
+def test_a_page_that_fails_to_write_stops_the_pages_after_it(
+    database: DatabaseSettings, db_url: str, embedder: FakeEmbedder, options: BackfillOptions
+) -> None:
+    """The page after a failed one was written meanwhile on the other connection: it is rolled back with
+    it, so the checkpoint stays before the failed page and nothing after it is committed."""
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse_7() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.post_id = 7 THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse_7 BEFORE INSERT ON post_index FOR EACH ROW EXECUTE FUNCTION refuse_7()"
+        )
+    with pytest.raises(psycopg.errors.RaiseException):
+        run_backfill(database, MemorySource(corpus(20)), embedder, dataclasses.replace(options, writers=2))
+    assert sorted(indexed(db_url)) == [1, 2, 3, 4]
+    with psycopg.connect(db_url) as conn:
+        state = conn.execute("SELECT status, cursor FROM backfill_state").fetchone()
+    assert state == ("failed", {"post_id": 4})
+
+
 def test_fresh_page_falls_back_to_the_upsert_when_a_row_appeared_meanwhile(db_url: str) -> None:
     from backfill.prepare import Preparer, Truncator
     from backfill.store import IndexStore
