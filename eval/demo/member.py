@@ -72,6 +72,7 @@ class ForumMember:
             question.label,
             question.title,
             question.raw,
+            expect_topic=question.expect_topic,
             topic_id=int(body["topic_id"]),
             post_id=int(body["id"]),
             post_number=int(body.get("post_number", 1)),
