@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 # Markdown links the sanitizer writes: [n](<base>/t/<slug>/<topic_id>/<post_number>)
-_TOPIC_URL = re.compile(r"/t/[^/\s]+/(?P<topic>\d+)(?:/\d+)?/?$")
 _LINK = re.compile(r"\]\((?P<url>[^)\s]*/t/[a-z0-9-]+/\d+(?:/\d+)?)\)")
 _PATH = re.compile(r"^/t/(?P<slug>[a-z0-9-]+)/(?P<topic>\d+)(?:/(?P<post>\d+))?$")
 
@@ -68,11 +67,8 @@ class ForumMember:
         )
         r.raise_for_status()
         body = r.json()
-        return Question(
-            question.label,
-            question.title,
-            question.raw,
-            expect_topic=question.expect_topic,
+        return replace(
+            question,
             topic_id=int(body["topic_id"]),
             post_id=int(body["id"]),
             post_number=int(body.get("post_number", 1)),
@@ -142,5 +138,5 @@ def links_in(raw: str) -> list[str]:
 
 def cited_topic(url: str) -> int | None:
     """The topic id of a citation link (``…/t/<slug>/<topic id>[/<post number>]``), None for another URL."""
-    m = _TOPIC_URL.search(url)
+    m = _PATH.match(urlsplit(url).path)
     return int(m["topic"]) if m else None
